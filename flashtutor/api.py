@@ -1,0 +1,49 @@
+"""What every exercise uses: input validation with clear errors, and output allocation.
+
+``output_like(q)`` is ``torch.empty_like(q)`` — except while the grader checks correctness, when
+it returns a tensor filled with NaN, so any element a kernel forgets to write fails the check.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+SUPPORTED_HEAD_DIMS = (64, 128)
+_POISON_ENV = "FLASHTUTOR_POISON_OUTPUTS"
+
+
+def poisoning() -> bool:
+    return os.environ.get(_POISON_ENV) == "1"
+
+
+def set_poisoning(on: bool) -> None:
+    os.environ[_POISON_ENV] = "1" if on else "0"
+
+
+def output_like(q: torch.Tensor) -> torch.Tensor:
+    """An output buffer shaped like q: NaN-filled under the grader's correctness check."""
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if poisoning():
+        out.fill_(float("nan"))
+    return out
+
+
+def check_inputs(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS, dtype=torch.float16, device_type: str | None = "cuda"):
+    """Raise a ValueError naming the problem if q, k, v are not what the kernels expect."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, H, S, D], got shape {tuple(t.shape)}")
+        if t.dtype != dtype:
+            raise ValueError(f"{name} must be {dtype}, got {t.dtype}")
+        if device_type and t.device.type != device_type:
+            raise ValueError(f"{name} is on {t.device}; these kernels run on {device_type} tensors")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (call .contiguous()); its strides are {t.stride()}")
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(f"q, k, v must have the same shape [B, H, S, D]; got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if head_dims and q.shape[-1] not in head_dims:
+        raise ValueError(f"head dim D={q.shape[-1]} is not supported here; supported: {head_dims}")

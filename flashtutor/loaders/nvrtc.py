@@ -1,0 +1,220 @@
+"""Compile CUDA C++ at run time with NVRTC (through ``cuda.core``) and launch it on torch tensors.
+
+    mod = load_cuda("chapters/01_naive_cuda/attention.cu")
+    mod.attention_kernel(grid=(blocks,), block=(128,), args=(q, k, v, o, S, scale))
+
+* Without a GPU the source still compiles (for ``sm_90a`` by default), so a CPU machine can
+  check that a kernel builds and read its registers, spills and SASS.
+* A compile error raises :class:`CompileError` naming the learner's file and line.
+* Launches go on torch's current stream, so they order correctly with torch ops, CUDA events
+  and graph capture.
+* Compiled code is cached by the hash of (source, headers it includes from its folder, options).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE_DIR = Path(os.environ.get("FLASHTUTOR_CACHE", Path.home() / ".cache" / "flashtutor")) / "cubin"
+_memory_cache: dict[str, bytes] = {}
+
+
+class CompileError(Exception):
+    """NVRTC rejected the source. ``errors`` holds (file, line, message) for each error."""
+
+    def __init__(self, path: str, log: str):
+        self.path, self.log = path, log
+        self.errors = [(m.group(1), int(m.group(2)), m.group(3).strip())
+                       for m in re.finditer(r"^(.*?)\((\d+)\): (?:catastrophic )?error: (.*)$", log, re.M)]
+        if self.errors:
+            head = "\n".join(f"{f}:{ln}: error: {msg}" for f, ln, msg in self.errors[:5])
+            more = f"\n… and {len(self.errors) - 5} more" if len(self.errors) > 5 else ""
+        else:
+            head, more = log.strip()[-2000:], ""
+        super().__init__(f"{path} does not compile:\n{head}{more}")
+
+
+def default_arch() -> str:
+    """The architecture of the current GPU (``sm_90a`` on Hopper, to enable wgmma/setmaxnreg);
+    ``sm_90a`` when there is no GPU, so CPU machines build what an H100 would run."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+    except Exception:
+        pass
+    return "sm_90a"
+
+
+def cuda_include_dir() -> str | None:
+    """Where the CUDA headers (cuda_fp16.h, mma.h, crt/…) are: pip wheels first, then a toolkit."""
+    try:
+        import cuda.pathfinder as pf
+        d = pf.find_nvidia_header_directory("cudart")
+        if d and Path(d, "crt", "mma.h").exists():
+            return str(d)
+    except Exception:
+        pass
+    for d in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if d and Path(d, "include", "cuda_fp16.h").exists():
+            return str(Path(d, "include"))
+    return None
+
+
+def _local_headers(src: str, folder: Path) -> list[Path]:
+    return sorted({folder / m for m in re.findall(r'#\s*include\s*"([^"]+)"', src) if (folder / m).exists()})
+
+
+def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None,
+                 extra_options: dict | None = None) -> bytes:
+    """Compile a .cu file to a cubin with NVRTC; cached by content hash. Raises CompileError."""
+    path = Path(path).resolve()
+    src = path.read_text()
+    arch = arch or default_arch()
+    defines = dict(defines or {})
+    inc = cuda_include_dir()
+    key_parts = [src, arch, repr(sorted(defines.items())), repr(sorted((extra_options or {}).items()))]
+    key_parts += [h.read_text() for h in _local_headers(src, path.parent)]
+    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:32]
+    if key in _memory_cache:
+        return _memory_cache[key]
+    cached = CACHE_DIR / f"{key}.cubin"
+    if cached.exists():
+        _memory_cache[key] = cached.read_bytes()
+        return _memory_cache[key]
+
+    from cuda.core import Program, ProgramOptions
+    from cuda.core._utils.cuda_utils import NVRTCError
+
+    if inc is None:
+        raise CompileError(str(path), "error: CUDA headers not found (cuda_fp16.h, mma.h). "
+                           "pip install nvidia-cuda-runtime nvidia-cuda-crt, or set CUDA_HOME to a toolkit.")
+    opts = ProgramOptions(
+        name=str(path), arch=arch, std="c++17", include_path=[str(path.parent), inc], lineinfo=True,
+        define_macro=[(k, str(v)) for k, v in defines.items()] or None, **(extra_options or {}))
+    try:
+        obj = Program(src, "c++", opts).compile("cubin")
+    except NVRTCError as e:
+        log = str(e).split("compilation log:", 1)[-1].replace("\x00", "")
+        raise CompileError(str(path), log) from None
+    code = bytes(obj.code)
+    _memory_cache[key] = code
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(code)
+        tmp.replace(cached)
+    except OSError:
+        pass
+    return code
+
+
+@dataclass
+class CudaKernel:
+    name: str
+    kernel: object  # cuda.core Kernel
+    path: str
+
+    @property
+    def num_regs(self) -> int:
+        return self.kernel.attributes.num_regs
+
+    @property
+    def local_bytes(self) -> int:
+        return self.kernel.attributes.local_size_bytes
+
+    def __call__(self, *, grid, block, args=(), shared_mem: int = 0):
+        launch(self, grid=grid, block=block, args=args, shared_mem=shared_mem)
+
+
+class CudaModule:
+    """A compiled .cu file. Its ``extern "C"`` kernels are attributes: ``mod.my_kernel(...)``."""
+
+    def __init__(self, path: str | os.PathLike, cubin: bytes, arch: str):
+        self.path, self.cubin, self.arch = str(path), cubin, arch
+        self._obj = None
+        self._kernels: dict[str, CudaKernel] = {}
+
+    def kernel(self, name: str) -> CudaKernel:
+        if name not in self._kernels:
+            from cuda.core import Device, ObjectCode
+            Device().set_current()   # the primary context, shared with torch
+            if self._obj is None:
+                self._obj = ObjectCode.from_cubin(self.cubin, name=Path(self.path).name)
+            try:
+                k = self._obj.get_kernel(name)
+            except Exception as e:
+                raise AttributeError(f"{self.path} has no kernel named {name!r} (is it declared "
+                                     f'`extern "C" __global__`?): {e}') from None
+            self._kernels[name] = CudaKernel(name, k, self.path)
+        return self._kernels[name]
+
+    def __getattr__(self, name: str) -> CudaKernel:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.kernel(name)
+
+    def resources(self) -> dict:
+        """Registers, shared memory, stack and spill instructions per kernel (no GPU needed)."""
+        from ..sass import resource_usage
+        return resource_usage(self.cubin)
+
+
+def load_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None) -> CudaModule:
+    arch = arch or default_arch()
+    return CudaModule(path, compile_cuda(path, arch=arch, defines=defines), arch)
+
+
+def _as_param(kernel: CudaKernel, i: int, a, size: int):
+    import numpy as np
+    import torch
+    if isinstance(a, torch.Tensor):
+        if a.device.type != "cuda":
+            raise ValueError(f"argument {i} of {kernel.name} is a tensor on {a.device}; kernels need CUDA tensors")
+        if not a.is_contiguous():
+            raise ValueError(f"argument {i} of {kernel.name} is not contiguous; call .contiguous() first")
+        return np.intp(a.data_ptr())
+    if isinstance(a, bool):
+        return np.bool_(a)
+    if isinstance(a, int):
+        return np.int32(a) if size == 4 else np.int64(a)
+    if isinstance(a, float):
+        return np.float32(a) if size == 4 else np.float64(a)
+    return a  # numpy scalars, ctypes values: passed as they are
+
+
+def launch(kernel: CudaKernel, *, grid, block, args=(), shared_mem: int = 0):
+    """Launch on torch's current stream. Python ints/floats take the width of the kernel's parameter."""
+    import torch
+    from cuda.core import LaunchConfig, launch as cc_launch
+
+    info = kernel.kernel.arguments_info
+    if len(info) != len(args):
+        raise TypeError(f"{kernel.name} takes {len(info)} arguments, {len(args)} given")
+    params = [_as_param(kernel, i, a, size) for i, (a, (_, size)) in enumerate(zip(args, info))]
+    grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    block = tuple(block) if isinstance(block, (tuple, list)) else (block,)
+    if shared_mem > 48 * 1024:
+        from cuda.core._utils.cuda_utils import driver
+        driver.cuFuncSetAttribute(kernel.kernel._handle,
+                                  driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  shared_mem)
+    cfg = LaunchConfig(grid=grid, block=block, shmem_size=shared_mem)
+    cc_launch(_stream(torch.cuda.current_stream()), cfg, kernel.kernel, *params)
+
+
+_streams: dict[int, object] = {}
+
+
+def _stream(torch_stream):
+    """cuda.core's view of a torch stream (same CUstream handle), made once per stream."""
+    handle = torch_stream.cuda_stream
+    s = _streams.get(handle)
+    if s is None:
+        from cuda.core import Device
+        s = _streams[handle] = Device().create_stream(torch_stream)
+    return s

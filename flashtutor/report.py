@@ -1,0 +1,325 @@
+"""A grading report: a verdict per shape and overall, rendered for a terminal (rich), a notebook
+(HTML table + bar chart learner vs SDPA) and machines (JSON)."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from dataclasses import dataclass, field
+
+from .check import RATIO
+
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold red", "not run": "bold yellow"}
+
+
+@dataclass
+class Report:
+    chapter: str
+    title: str
+    path: str
+    device: str
+    excluded: str = ""
+    speed_rule: dict = field(default_factory=dict)
+    verdict: str = "error"
+    summary: str = ""
+    env: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)
+    checks: list = field(default_factory=list)     # one dict per (shape, seed)
+    timings: list = field(default_factory=list)    # one dict per timed shape
+    failures: list = field(default_factory=list)   # messages, worst first
+    method: list = field(default_factory=list)     # what was checked, in words
+
+    # ------------------------------------------------------------------ verdict
+    def fill(self, info: dict, tasks: list, outcomes: list, *, compile_only: bool, speed) -> None:
+        self.env = info.get("env", {})
+        self.resources = info.get("resources", {})
+        if "error" in info:
+            self.verdict = "fail"
+            kind = info.get("verdict", "error")
+            self.summary = f"{kind}: {info['error'].splitlines()[0]}" if kind != "compile error" else "compile error"
+            self.failures.append(info["error"] + (f"\n{info['log']}" if info.get("log") else ""))
+            self._describe(tasks, speed)
+            return
+        if compile_only:
+            self.verdict = "not run"
+            self.summary = ("compiled for {}; no CUDA GPU here, so correctness and speed were not checked"
+                            .format(info.get("arch", "?")))
+            self._describe(tasks, speed)
+            return
+        for t, o in zip(tasks, outcomes):
+            r = dict(o.result or {})
+            if o.verdict != "ok":
+                r = {"kind": t["kind"], "ok": False, "cause": o.verdict, "message": o.message,
+                     "problem": _name(t["problem"])}
+            r.setdefault("seed", t.get("seed"))
+            (self.checks if t["kind"] == "check" else self.timings).append(r)
+        bad = [c for c in self.checks if not c.get("ok")]
+        for c in bad:
+            msg = f"{c.get('problem')} (seed {c.get('seed')}): {c.get('message', '')}"
+            if c.get("log"):
+                msg += f"\n  child output: {c['log']}"
+            self.failures.append(msg)
+        slow = []
+        for tm in self.timings:
+            if tm.get("kind") == "time" and "stats" in tm:
+                if not tm.get("recheck_ok", True):
+                    self.failures.append(f"{tm['problem']}: the output of a timed call is wrong: {tm['recheck_message']}")
+                    bad.append(tm)
+                if tm.get("below_floor"):
+                    self.failures.append(f"{tm['problem']}: faster than the roofline floor — implausible; "
+                                         "is the work really done on the GPU in this call?")
+                    bad.append(tm)
+                lim = speed.max_ratio_vs_sdpa
+                if lim and tm["ratio"] > lim:
+                    slow.append(f"{tm['problem']}: {tm['ratio']:.2f}× SDPA's time > {lim:.2f}×")
+            elif tm.get("message"):
+                self.failures.append(f"{tm.get('problem')} (timing): {tm['message']}")
+                bad.append(tm)
+        n_ok = sum(1 for c in self.checks if c.get("ok"))
+        if bad:
+            self.verdict = "fail"
+            causes = sorted({c.get("cause") or "wrong" for c in bad})
+            self.summary = f"{n_ok}/{len(self.checks)} correctness cases pass; failures: {', '.join(causes)}"
+        elif slow:
+            self.verdict = "fail"
+            self.summary = f"correct on all {len(self.checks)} cases but too slow: " + "; ".join(slow[:3])
+            self.failures.extend(slow)
+        else:
+            self.verdict = "pass"
+            self.summary = f"correct on all {len(self.checks)} cases"
+            if self.timings:
+                rs = [t["ratio"] for t in self.timings if "ratio" in t]
+                self.summary += (f"; {min(rs):.2f}–{max(rs):.2f}× SDPA's time" if len(rs) > 1
+                                 else f"; {rs[0]:.2f}× SDPA's time")
+        self._describe(tasks, speed)
+
+    def _describe(self, tasks, speed):
+        checks = [t for t in tasks if t["kind"] == "check"]
+        shapes = sorted({_name(t["problem"]) for t in checks})
+        seeds = sorted({t["seed"] for t in checks})
+        m = []
+        if checks:
+            m.append(f"correctness: {len(shapes)} problems × seeds {seeds[:4]}{'…' if len(seeds) > 4 else ''} "
+                     f"({len(checks)} cases, fresh random inputs each), outputs pre-filled with NaN, "
+                     f"inputs fingerprinted before and after")
+            m.append(f"tolerance: max |out − ref| ≤ {RATIO:g} × SDPA's own fp16 error + 1 fp16 ulp of max |ref|; "
+                     f"reference in fp32 (TF32 off) on the GPU or fp64 on the CPU; NaN/Inf anywhere fails")
+        if any(t["kind"] == "time" for t in tasks):
+            m.append("speed: learner and SDPA alternately in one process, CUDA events, 256 MB L2 flush before "
+                     "each call, warm-up, median of ≥ 10 (usually 50) calls with p10–p90; the timed output "
+                     "is checked again; SDPA's backend pinned and named")
+            if speed.max_ratio_vs_sdpa:
+                m.append(f"speed rule: at most {speed.max_ratio_vs_sdpa:g}× SDPA's time on every timed shape "
+                         f"({speed.calibration})")
+            else:
+                m.append("speed rule: none in this chapter — speed is reported, not graded")
+        m.append("isolation: the submission runs in a spawned child process with timeouts; a crash or hang "
+                 "is a verdict and grading continues in a fresh process")
+        if self.excluded:
+            m.append(f"not graded here: {self.excluded}")
+        self.method = m
+
+    # ------------------------------------------------------------------ outputs
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), indent=kw.pop("indent", 1), default=str, **kw)
+
+    def save_json(self, path) -> None:
+        with open(path, "w") as f:
+            f.write(self.to_json())
+
+    def _check_rows(self):
+        """One row per problem: cases, worst error vs bound, status."""
+        rows: dict[str, dict] = {}
+        for c in self.checks:
+            r = rows.setdefault(c.get("problem", "?"), {"cases": 0, "ok": 0, "err": 0.0, "bound": math.inf,
+                                                         "cause": ""})
+            r["cases"] += 1
+            r["ok"] += bool(c.get("ok"))
+            e = c.get("err", math.nan)
+            if e is not None and not (isinstance(e, float) and math.isnan(e)):
+                r["err"] = max(r["err"], e)
+            if c.get("bound") is not None and not math.isnan(c.get("bound", math.nan)):
+                r["bound"] = min(r["bound"], c["bound"])
+            if not c.get("ok") and not r["cause"]:
+                r["cause"] = c.get("cause") or "wrong"
+        return rows
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        parts = []
+        head = Text.assemble((f"{self.verdict.upper()}", VERDICT_STYLE.get(self.verdict, "bold")),
+                             f"  chapter {self.chapter} — {self.title}\n", (self.path, "dim"), "\n",
+                             self.summary)
+        parts.append(Panel(head, title="flashtutor grade", expand=False))
+        if self.env:
+            e = self.env
+            parts.append(Text(f"{e.get('gpu')} · torch {e.get('torch')} · cuDNN {e.get('cudnn')} · "
+                              f"driver {e.get('driver')} · {e.get('date')}", style="dim"))
+        if self.checks:
+            t = Table(title="correctness", show_lines=False)
+            for col in ("problem", "cases", "max error", "allowed", "status"):
+                t.add_column(col, justify="right" if col in ("cases", "max error", "allowed") else "left")
+            for name, r in self._check_rows().items():
+                ok = r["ok"] == r["cases"]
+                t.add_row(name, f"{r['ok']}/{r['cases']}", _fmt_err(r["err"]), _fmt_err(r["bound"]),
+                          Text("ok" if ok else r["cause"], style="green" if ok else "red"))
+            parts.append(t)
+        if self.timings:
+            t = Table(title="speed: median µs (± half the p10–p90 spread)")
+            cols = ["problem", "yours", "SDPA", "backend", "yours / SDPA", "% of floor"]
+            has_ref = any("reference" in tm.get("stats", {}) for tm in self.timings)
+            if has_ref:
+                cols.insert(2, "reference")
+            for col in cols:
+                t.add_column(col, justify="left" if col in ("problem", "backend") else "right")
+            for tm in self.timings:
+                if "stats" not in tm:
+                    t.add_row(tm.get("problem", "?"), Text(tm.get("cause", "error"), style="red"))
+                    continue
+                st = tm["stats"]
+                row = [tm["problem"], _fmt_short(st["learner"]), _fmt_short(st["sdpa"]), tm["backend"],
+                       f"{tm['ratio']:.3g}×", _fmt_pct(tm.get('pct_floor', {}).get('learner', math.nan))]
+                if has_ref:
+                    row.insert(2, _fmt_short(st["reference"]) if "reference" in st else "")
+                t.add_row(*row)
+            parts.append(t)
+            pk = next((tm.get("peaks") for tm in self.timings if tm.get("peaks")), None)
+            if pk:
+                parts.append(Text(f"floor = max(bytes / {pk['hbm_tbs']:.2f} TB/s, FLOPs / {pk['tensor_tflops']:.0f} "
+                                  f"TFLOP/s), peaks {pk['source']} on this GPU", style="dim"))
+        if self.resources:
+            t = Table(title="compiled kernels")
+            for col in ("kernel", "registers", "shared B", "stack B", "spill instr."):
+                t.add_column(col)
+            for _, ks in self.resources.items():
+                for k, r in ks.items():
+                    t.add_row(k, str(r.get("registers")), str(r.get("shared_bytes")), str(r.get("stack_bytes")),
+                              str(r.get("spill_instructions")))
+            parts.append(t)
+        if self.failures:
+            shown = self.failures[:5]
+            more = f"\n… and {len(self.failures) - 5} more (see --json)" if len(self.failures) > 5 else ""
+            parts.append(Panel(Text("\n\n".join(shown) + more), title="what went wrong", border_style="red"))
+        parts.append(Text("checked: " + "\n         ".join(self.method), style="dim"))
+        return Group(*parts)
+
+    def print(self) -> None:
+        from rich.console import Console
+        Console().print(self)
+
+    def __str__(self) -> str:
+        from rich.console import Console
+        c = Console(width=120, record=True, file=io.StringIO())
+        c.print(self)
+        return c.export_text()
+
+    def _repr_html_(self) -> str:
+        color = {"pass": "#1a7f37", "fail": "#cf222e", "not run": "#9a6700"}.get(self.verdict, "#cf222e")
+        h = [f"<div><b style='color:{color}'>{html.escape(self.verdict.upper())}</b> "
+             f"— chapter {html.escape(self.chapter)}: {html.escape(self.title)}<br>"
+             f"<code>{html.escape(self.path)}</code><br>{html.escape(self.summary)}</div>"]
+        if self.env:
+            e = self.env
+            h.append(f"<div style='color:#666'>{html.escape(str(e.get('gpu')))} · torch {html.escape(str(e.get('torch')))}"
+                     f" · cuDNN {e.get('cudnn')} · driver {html.escape(str(e.get('driver')))} · {html.escape(str(e.get('date')))}</div>")
+        if self.checks:
+            h.append("<table><tr><th>problem</th><th>cases</th><th>max error</th><th>allowed</th><th>status</th></tr>")
+            for name, r in self._check_rows().items():
+                ok = r["ok"] == r["cases"]
+                h.append(f"<tr><td>{html.escape(name)}</td><td>{r['ok']}/{r['cases']}</td><td>{_fmt_err(r['err'])}</td>"
+                         f"<td>{_fmt_err(r['bound'])}</td><td style='color:{'#1a7f37' if ok else '#cf222e'}'>"
+                         f"{'ok' if ok else html.escape(r['cause'])}</td></tr>")
+            h.append("</table>")
+        if self.timings:
+            has_ref = any("reference" in tm.get("stats", {}) for tm in self.timings)
+            h.append("<table><tr><th>problem</th><th>yours µs</th>" + ("<th>reference µs</th>" if has_ref else "")
+                     + "<th>SDPA µs</th><th>backend</th><th>yours / SDPA</th><th>% of floor</th></tr>")
+            for tm in self.timings:
+                if "stats" not in tm:
+                    h.append(f"<tr><td>{html.escape(str(tm.get('problem')))}</td><td colspan=5>"
+                             f"{html.escape(str(tm.get('message', '')))}</td></tr>")
+                    continue
+                st = tm["stats"]
+                ref = f"<td>{_fmt_stats(st['reference'])}</td>" if has_ref and "reference" in st else ("<td></td>" if has_ref else "")
+                h.append(f"<tr><td>{html.escape(tm['problem'])}</td><td>{_fmt_stats(st['learner'])}</td>{ref}"
+                         f"<td>{_fmt_stats(st['sdpa'])}</td><td>{tm['backend']}</td><td>{tm['ratio']:.3g}×</td>"
+                         f"<td>{_fmt_pct(tm.get('pct_floor', {}).get('learner', math.nan))}</td></tr>")
+            h.append("</table>")
+            chart = self.chart_png()
+            if chart:
+                h.append(f"<img src='data:image/png;base64,{chart}' style='max-width:720px'>")
+        if self.failures:
+            items = "".join(f"<li><pre style='white-space:pre-wrap'>{html.escape(f)}</pre></li>" for f in self.failures[:5])
+            h.append(f"<details open><summary>what went wrong ({len(self.failures)})</summary><ul>{items}</ul></details>")
+        h.append("<details><summary>what was checked</summary><ul>"
+                 + "".join(f"<li>{html.escape(m)}</li>" for m in self.method) + "</ul></details>")
+        return "\n".join(h)
+
+    def chart_png(self) -> str | None:
+        """A bar chart of median times, learner vs SDPA (and reference), per timed shape; base64 PNG."""
+        rows = [tm for tm in self.timings if "stats" in tm]
+        if not rows:
+            return None
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        names = [tm["problem"] for tm in rows]
+        series = [("yours", "learner", "#cf6a2e"), ("reference", "reference", "#888888"), ("SDPA", "sdpa", "#2e6fcf")]
+        series = [s for s in series if all(s[1] in tm["stats"] for tm in rows)]
+        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 3.4), dpi=110)
+        w = 0.8 / len(series)
+        for i, (label, key, c) in enumerate(series):
+            med = [tm["stats"][key]["median_us"] for tm in rows]
+            lo = [m - tm["stats"][key]["p10_us"] for m, tm in zip(med, rows)]
+            hi = [tm["stats"][key]["p90_us"] - m for m, tm in zip(med, rows)]
+            ax.bar([x + i * w for x in range(len(rows))], med, w, yerr=[lo, hi], label=label, color=c, capsize=2)
+        ax.set_yscale("log")
+        ax.set_ylabel("µs (median, log scale)")
+        ax.set_xticks([x + w * (len(series) - 1) / 2 for x in range(len(rows))])
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.legend(fontsize=8)
+        gpu = self.env.get("gpu", "")
+        ax.set_title(f"chapter {self.chapter}: time per call on {gpu} ({self.env.get('date', '')})", fontsize=9)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        return base64.b64encode(buf.getvalue()).decode()
+
+
+def _name(pd: dict) -> str:
+    return pd.get("name") or "B{B} H{H} S{S} D{D}".format(**pd)
+
+
+def _fmt_err(x) -> str:
+    if x is None or (isinstance(x, float) and (math.isnan(x))):
+        return "–"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞"
+    return f"{x:.2e}"
+
+
+def _fmt_stats(s: dict) -> str:
+    return f"{s['median_us']:.1f} [{s['p10_us']:.1f}–{s['p90_us']:.1f}]"
+
+
+def _fmt_short(s: dict) -> str:
+    half = 50 * (s["p90_us"] - s["p10_us"]) / s["median_us"] if s["median_us"] else math.nan
+    return f"{s['median_us']:.4g} ±{half:.1f}%"
+
+
+def _fmt_pct(x: float) -> str:
+    return "–" if x != x else f"{x:.2g}%" if x < 10 else f"{x:.0f}%"

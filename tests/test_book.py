@@ -1,0 +1,94 @@
+"""The book builds: `jupyter-book build` with warnings as errors, into a temporary folder.
+
+This is the README's `jupyter-book build .`, made strict; it never writes the repository's own
+_build/. A second test checks that a broken table of contents really does fail the build, so the
+first test cannot pass by accident.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _jupyter_book() -> str:
+    """The jupyter-book command of this interpreter's environment (the package has no __main__)."""
+    beside = Path(sys.executable).parent / "jupyter-book"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("jupyter-book")
+    if found is None:
+        pytest.fail("jupyter-book is not installed: pip install -r requirements.txt")
+    return found
+
+
+def _build(source: Path, out: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [_jupyter_book(), "build", "--warningiserror", "--keep-going", "--path-output", str(out), str(source)],
+        capture_output=True, text=True, env=env, timeout=600)
+
+
+def _toc_files(toc_text: str) -> list[str]:
+    """Every `root:` and `file:` entry of _toc.yml (a plain scan, so no YAML library is needed)."""
+    files = []
+    for line in toc_text.splitlines():
+        line = line.split("#", 1)[0].strip().lstrip("- ").strip()
+        for key in ("root:", "file:"):
+            if line.startswith(key):
+                files.append(line[len(key):].strip().strip("'\""))
+    return files
+
+
+def test_book_builds_without_warnings(tmp_path):
+    result = _build(ROOT, tmp_path)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"jupyter-book build failed:\n{log[-6000:]}"
+    assert "WARNING" not in log, "the build printed warnings:\n" + "\n".join(
+        line for line in log.splitlines() if "WARNING" in line)
+
+    html = tmp_path / "_build" / "html"
+    assert (html / "index.html").is_file()
+    assert (html / "book" / "intro.html").is_file()
+    assert (html / "chapters" / "01_naive_cuda" / "naive_cuda.html").is_file()
+    # Every page named in the table of contents was built.
+    for entry in _toc_files((ROOT / "_toc.yml").read_text()):
+        page = html / (str(Path(entry).with_suffix("")) + ".html")
+        assert page.is_file(), f"{entry} is in _toc.yml but {page.relative_to(tmp_path)} was not built"
+    # Nothing outside the table of contents slipped in (solutions, tests, wheels...).
+    assert not (html / "solutions").exists()
+    assert not (html / "tests").exists()
+
+
+def test_broken_toc_fails_the_build(tmp_path):
+    """A toc entry without a file must fail: proof that the test above can fail."""
+    src = tmp_path / "src"
+    (src / "book").mkdir(parents=True)
+    shutil.copy(ROOT / "_config.yml", src / "_config.yml")
+    (src / "book" / "intro.md").write_text("# Intro\n\nA page.\n")
+    (src / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/no_such_page\n")
+    result = _build(src, tmp_path / "out")
+    log = result.stdout + result.stderr
+    assert result.returncode != 0 or "WARNING" in log, (
+        "a table of contents naming a missing page built cleanly:\n" + log[-3000:])
+
+
+BOOK_NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", BOOK_NOTEBOOKS, ids=lambda p: p.name)
+def test_book_notebook_runs(notebook, tmp_path):
+    """Each notebook under book/ runs top to bottom here (GPU cells print a note on a CPU), and
+    the cells marked `# NBVAL_CHECK_OUTPUT` reproduce their stored output (nbval's lax mode)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q",
+         "--rootdir", str(tmp_path), str(notebook)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, f"{notebook.name} failed under nbval:\n{(result.stdout + result.stderr)[-6000:]}"

@@ -1,0 +1,115 @@
+"""The correctness rule and its explanations, on CPU tensors."""
+import math
+
+import pytest
+import torch
+
+from flashtutor.check import FP16_ULP_AT_1, RATIO, check_output, tolerance
+from flashtutor.problems import Problem, reference, sdpa
+
+P = Problem(2, 3, 37, 64)
+
+
+@pytest.fixture(scope="module")
+def case():
+    q, k, v = P.inputs(seed=1)
+    ref = reference(q, k, v)
+    return q, k, v, ref, sdpa(q, k, v)
+
+
+def test_reference_is_fp64_and_matches_sdpa(case):
+    q, k, v, ref, s = case
+    assert ref.dtype == torch.float64
+    assert (s.double() - ref).abs().max() < 2e-3
+
+
+def test_sdpa_output_itself_passes(case):
+    q, k, v, ref, s = case
+    assert check_output(P, q, k, v, s.clone(), ref=ref, sdpa_out=s).ok
+
+
+def test_bound_is_ratio_times_sdpa_error_plus_one_ulp(case):
+    q, k, v, ref, s = case
+    sdpa_err, bound = tolerance(ref, s)
+    assert bound == pytest.approx(RATIO * sdpa_err + FP16_ULP_AT_1 * ref.abs().max().item() + 1e-6)
+
+
+def test_error_just_above_bound_fails_and_just_below_passes(case):
+    q, k, v, ref, s = case
+    _, bound = tolerance(ref, s)
+    for factor, ok in ((0.5, True), (3.0, False)):
+        out = ref.clone()
+        out[1, 2, 5, 7] += factor * bound
+        r = check_output(P, q, k, v, out.half(), ref=ref, sdpa_out=s)
+        assert r.ok is ok
+        if not ok:
+            assert r.worst["index"] == (1, 2, 5, 7)
+            assert "[b=1, h=2, s=5, d=7]" in r.message
+
+
+def test_all_nan_is_unwritten(case):
+    q, k, v, ref, s = case
+    r = check_output(P, q, k, v, torch.full_like(q, float("nan")), ref=ref, sdpa_out=s)
+    assert not r.ok and r.cause == "unwritten" and "stub" in r.message
+
+
+def test_nan_tail_is_named(case):
+    q, k, v, ref, s = case
+    out = s.clone()
+    out[:, :, 32:] = float("nan")
+    r = check_output(P, q, k, v, out, ref=ref, sdpa_out=s)
+    assert r.cause == "tail" and "s ≥ 32" in r.message
+
+
+def test_scattered_inf_is_nonfinite(case):
+    q, k, v, ref, s = case
+    out = s.clone()
+    out[0, 1, 3, 4] = float("inf")
+    r = check_output(P, q, k, v, out, ref=ref, sdpa_out=s)
+    assert not r.ok and r.cause == "nan" and "Inf" in r.message
+
+
+def test_wrong_scale_is_recognised(case):
+    q, k, v, ref, s = case
+    D = q.shape[-1]
+    alt = reference(q * (1 / D) * math.sqrt(D), k, v)     # softmax scale 1/D
+    r = check_output(P, q, k, v, alt.half(), ref=ref, sdpa_out=s)
+    assert r.cause == "scale" and "1/D" in r.message
+
+
+def test_ignored_causal_mask_is_recognised():
+    p = P.replace(causal=True)
+    q, k, v = p.inputs(seed=2)
+    out = sdpa(q, k, v, causal=False)
+    r = check_output(p, q, k, v, out)
+    assert r.cause == "causal"
+
+
+def test_wrong_shape_and_dtype(case):
+    q, k, v, ref, s = case
+    assert check_output(P, q, k, v, s.transpose(1, 2), ref=ref, sdpa_out=s).cause == "shape"
+    assert "dtype" in check_output(P, q, k, v, s.float(), ref=ref, sdpa_out=s).message
+    assert "torch.Tensor" in check_output(P, q, k, v, None, ref=ref, sdpa_out=s).message
+
+
+def test_inputs_are_random_and_seeded():
+    a = P.inputs(seed=3)
+    b = P.inputs(seed=3)
+    c = P.inputs(seed=4)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], c[0])
+    assert a[0].abs().min() >= 0 and a[0].std() > 0.5   # not zeros
+
+
+def test_large_logits_overflow_without_max_subtraction():
+    p = P.replace(qk_std=6.0)
+    q, k, v = p.inputs(seed=5)
+    s = (q.double() @ k.double().transpose(-1, -2)) * p.scale
+    assert s.max() > 88.8   # exp() of this overflows fp32: the case the NaN test relies on
+
+
+def test_flops_and_bytes():
+    p = Problem(1, 16, 1024, 64)
+    assert p.flops == 4 * 16 * 1024 ** 2 * 64
+    assert p.replace(causal=True).flops == p.flops / 2
+    assert p.min_bytes == 4 * 16 * 1024 * 64 * 2

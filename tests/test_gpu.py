@@ -1,0 +1,59 @@
+"""The GPU tier: the solution and the reference pass for real, the stub fails, timing is sane."""
+import pytest
+
+from flashtutor.grade import grade
+
+pytestmark = pytest.mark.gpu
+
+
+def test_solution_passes_with_times():
+    r = grade("01", solution=True, progress=False, reference=True)
+    assert r.verdict == "pass", r.failures[:3]
+    assert r.timings and all("stats" in t for t in r.timings)
+    for t in r.timings:
+        assert t["backend"] in ("cudnn", "flash", "efficient", "math")
+        assert t["stats"]["learner"]["n"] >= 10 and t["recheck_ok"]
+        assert 0 < t["pct_floor"]["learner"] < 100
+        assert t["stats"]["sdpa"]["median_us"] < t["stats"]["learner"]["median_us"]   # a naive kernel loses
+
+
+def test_reference_passes():
+    r = grade("01", "flashtutor/kernels/k01_naive_three_pass.py", progress=False, timing=False)
+    assert r.verdict == "pass", r.failures[:3]
+
+
+def test_stub_fails_as_unwritten():
+    r = grade("01", progress=False, timing=False)
+    assert r.verdict == "fail"
+    assert {c["cause"] for c in r.checks} == {"unwritten"}
+
+
+def test_timing_compare_and_graph_on_gpu():
+    import torch
+
+    from flashtutor.timing import compare, graph_times, pinned_sdpa
+    q, k, v = (torch.randn(1, 16, 1024, 64, device="cuda", dtype=torch.half) for _ in range(3))
+    name, f = pinned_sdpa(q, k, v)
+    st = compare({"a": f, "b": f}, reps=30)
+    assert 0.7 < st["a"].median_us / st["b"].median_us < 1.3     # the same kernel times the same
+    g = graph_times(f, calls=10, reps=10)
+    assert 0 < g.median_us < 10 * st["a"].median_us
+
+
+def test_loader_launches_on_torch_stream():
+    import torch
+
+    from flashtutor.loaders.nvrtc import compile_cuda, CudaModule, default_arch
+    import tempfile, pathlib
+    d = pathlib.Path(tempfile.mkdtemp())
+    (d / "k.cu").write_text('extern "C" __global__ void k(float* x, int n, float a) '
+                            '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }')
+    mod = CudaModule(d / "k.cu", compile_cuda(d / "k.cu"), default_arch())
+    x = torch.ones(1000, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        mod.k(grid=(4,), block=(256,), args=(x, 1000, 3.0))
+    s.synchronize()
+    assert torch.all(x == 3.0)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        mod.k(grid=(1,), block=(1,), args=(x, 1000))

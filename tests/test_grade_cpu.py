@@ -1,0 +1,86 @@
+"""The whole grading pipeline on CPU: plain-PyTorch submissions in a child process, each with the
+verdict it must get. (CUDA kernels get the same treatment on the GPU tier: test_gpu.py.)"""
+from pathlib import Path
+
+import pytest
+
+from flashtutor.chapters import Chapter
+from flashtutor.grade import grade
+
+HERE = Path(__file__).parent / "wrong" / "torch"
+TORCH_CH = Chapter(key="T", slug="cpu_selftest", title="plain PyTorch (grader self-test)", kind="torch",
+                   check_sets=("cpu",), causal=True, seeds=1, large_logits=True)
+
+
+def run(name, **kw):
+    kw.setdefault("check_timeout", 30)
+    return grade(TORCH_CH, HERE / f"{name}.py", device="cpu", progress=False, **kw)
+
+
+def causes(report):
+    return {c.get("cause") for c in report.checks if not c.get("ok")}
+
+
+def test_good_submission_passes():
+    r = run("good")
+    assert r.verdict == "pass", r.failures
+    assert len(r.checks) == 3 * 2 + 2           # 3 shapes × causal/not + 2 large-logit cases
+    assert all(c["err"] <= c["bound"] for c in r.checks)
+    assert any("NaN" in m for m in r.method) and any("child process" in m for m in r.method)
+    assert '"verdict": "pass"' in r.to_json()
+    assert "PASS" in str(r) and "PASS" in r._repr_html_()
+
+
+@pytest.mark.parametrize("name,cause", [
+    ("wrong_scale", "scale"),
+    ("nan_no_max", "nan"),
+    ("ignores_causal", "causal"),
+    ("tail", "tail"),
+    ("batch0_only", "batch"),
+    ("wrong_shape", "shape"),
+    ("modifies_inputs", "inputs modified"),
+    ("raises", "error"),
+])
+def test_wrong_submission_gets_its_verdict(name, cause):
+    r = run(name)
+    assert r.verdict == "fail"
+    assert cause in causes(r), (causes(r), r.failures[:2])
+
+
+def test_nan_without_max_only_fails_on_large_logits():
+    r = run("nan_no_max")
+    bad = [c for c in r.checks if not c["ok"]]
+    assert bad and all("logits" in c["problem"] for c in bad)
+    assert "max" in bad[0]["message"]
+
+
+def test_exception_names_the_learners_line():
+    r = run("raises")
+    msg = next(m for m in r.failures if "IndexError" in m)   # (at S = 1 the bad index is in range)
+    assert "raises.py:3" in msg
+
+
+def test_segfault_is_a_verdict_and_grading_goes_on():
+    r = run("segfault")
+    assert r.verdict == "fail"
+    assert {c["cause"] for c in r.checks} == {"crash"}          # every case ran, each in a fresh process
+    assert "signal 11" in r.checks[0]["message"]
+
+
+def test_hang_is_a_timeout_and_the_rest_is_skipped():
+    r = run("hang", check_timeout=3)
+    cs = [c["cause"] for c in r.checks]
+    assert cs[:2] == ["timeout", "timeout"] and set(cs[2:]) == {"not_run"}
+
+
+@pytest.mark.parametrize("name,text", [("import_error", "No module named"), ("no_attention", "defines no function attention")])
+def test_import_problems_are_verdicts(name, text):
+    r = run(name)
+    assert r.verdict == "fail" and text in r.summary + " ".join(r.failures)
+
+
+def test_learner_files_are_not_modified():
+    before = {p: p.read_bytes() for p in HERE.glob("*.py")}
+    run("good")
+    run("modifies_inputs")
+    assert before == {p: p.read_bytes() for p in HERE.glob("*.py")}

@@ -1,0 +1,54 @@
+"""Wrong chapter-1 submissions: the solution with one realistic bug each, and the verdict the
+grader must give. Each is materialised into a folder of its own (attention.py + attention.cu), as
+a learner's files would be. Mutating the solution keeps every wrong kernel in step with it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from flashtutor.chapters import get_chapter
+
+CH = get_chapter("01")
+
+# name -> (expected cause in the report, {file: [(old, new), ...]}, what the bug is)
+MUTATIONS: dict[str, tuple[str, dict, str]] = {
+    "compile_error": ("compile error",
+                      {"attention.cu": [("m = fmaxf(m, s[j]);", "m = fmaxf(m, s[j])")]},
+                      "a missing semicolon: the report must name attention.cu and the line"),
+    "unwritten_tail": ("tail",
+                       {"attention.py": [("grid=((rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,)",
+                                          "grid=(rows // ROWS_PER_BLOCK,)")]},
+                       "the grid is rounded down, so the rows of the last partial block are never written"),
+    "nan_no_max": ("nan",
+                   {"attention.cu": [("const float p = expf(s[j] - m);", "const float p = expf(s[j]);")]},
+                   "no max subtraction: exp() overflows to inf for large logits, and inf/inf is NaN"),
+    "wrong_scale": ("scale",
+                    {"attention.py": [("D ** -0.5", "1.0 / D")]},
+                    "scale 1/D instead of 1/sqrt(D)"),
+    "ignores_causal": ("causal",
+                       {"attention.cu": [("const int n_keys = causal ? i + 1 : S;", "const int n_keys = S;")]},
+                       "the causal flag is ignored"),
+    "oob_write": ("illegal memory access",
+                  {"attention.cu": [("O[(size_t)r * D + d]", "O[(size_t)r * S * D + d]")]},
+                  "a row stride of S·D instead of D: writes land far past the output"),
+    "device_assert": ("device-side assert",
+                      {"attention.cu": [("if (r >= rows) return;",
+                                         "assert(S % 16 == 0);   // NVRTC has assert built in; 'S is always a multiple of 16'\n"
+                                         "    if (r >= rows) return;")]},
+                      "an assertion that does not hold for S = 113: the kernel aborts"),
+    "hang": ("timeout",
+             {"attention.cu": [("if (r >= rows) return;", "while (r >= rows) { }   // waits for work that never comes")]},
+             "threads past the last row spin forever when the last block is partial"),
+}
+
+
+def materialize(name: str, folder: Path) -> Path:
+    """Write the mutated submission into ``folder``; return the path of its attention.py."""
+    _, edits, _ = MUTATIONS[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    for fname in CH.files:
+        text = (CH.solution_dir / fname).read_text()
+        for old, new in edits.get(fname, []):
+            assert text.count(old) == 1, f"mutation {name}: {old!r} not found once in {fname}"
+            text = text.replace(old, new)
+        (folder / fname).write_text(text)
+    return folder / CH.entry
