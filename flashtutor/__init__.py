@@ -1,15 +1,10 @@
 """flashtutor: reference kernels, loaders and an autograder for the fast-attention course."""
 from .api import check_inputs, output_like
+from .grader import grade
 from .loaders import CompileError, load_cuda
 from .problems import SHAPE_SETS, Problem, reference, sdpa, shape_set
 
 __version__ = "0.1.0"
-
-
-def grade(chapter: str, path=None, **kw):
-    """Grade an exercise (see :func:`flashtutor.grade.grade`); returns a report that renders itself."""
-    from .grade import grade as _grade
-    return _grade(chapter, path, **kw)
 
 
 __all__ = ["CompileError", "Problem", "SHAPE_SETS", "check_inputs", "grade", "load_cuda", "output_like",

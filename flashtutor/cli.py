@@ -6,7 +6,7 @@ import sys
 
 
 def _grade(a) -> int:
-    from .grade import grade
+    from .grader import grade
     report = grade(a.chapter, a.path, solution=a.solution, timing=not a.no_timing, graph=a.graph or None,
                    reference=a.reference, sets=tuple(a.sets.split(",")) if a.sets else None,
                    device=a.device, progress=not a.quiet)

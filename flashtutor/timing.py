@@ -78,6 +78,16 @@ def compare(fns: dict[str, Callable[[], object]], *, reps: int = 50, warmup: int
     Returns a :class:`Stats` per name. ``reps`` is lowered (never below 10) when one round
     would take so long that ``max_seconds`` would be exceeded.
     """
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        for f in fns.values():       # hold SDPA's backend pin for the whole loop, not per call
+            if isinstance(f, PinnedSDPA):
+                stack.enter_context(f.pinned())
+        return _compare(fns, reps=reps, warmup=warmup, flush_l2=flush_l2, max_seconds=max_seconds)
+
+
+def _compare(fns, *, reps, warmup, flush_l2, max_seconds):
     import torch
 
     names = list(fns)
@@ -170,7 +180,43 @@ def graph_times(fn: Callable[[], object], *, calls: int = 20, reps: int = 20,
 _BACKEND_ORDER = ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 
 
-def pinned_sdpa(q, k, v, *, causal: bool = False):
+class PinnedSDPA:
+    """SDPA pinned to one backend. Calling it pins per call (safe anywhere); inside ``with
+    f.pinned():`` it skips that, so timing loops (``compare`` enters it for you) do not count the
+    context manager's host cost against SDPA."""
+
+    def __init__(self, backend: str, q, k, v, causal: bool):
+        from torch.nn.attention import SDPBackend
+        self.name = backend.lower().replace("_attention", "")
+        self._backend = getattr(SDPBackend, backend)
+        self._args = (q, k, v)
+        self._causal = causal
+        self._inside = False
+
+    def pinned(self):
+        import contextlib
+
+        from torch.nn.attention import sdpa_kernel
+
+        @contextlib.contextmanager
+        def ctx():
+            with sdpa_kernel([self._backend]):
+                self._inside = True
+                try:
+                    yield self
+                finally:
+                    self._inside = False
+        return ctx()
+
+    def __call__(self):
+        from torch.nn.functional import scaled_dot_product_attention as F_sdpa
+        if self._inside:
+            return F_sdpa(*self._args, is_causal=self._causal)
+        with self.pinned():
+            return F_sdpa(*self._args, is_causal=self._causal)
+
+
+def pinned_sdpa(q, k, v, *, causal: bool = False) -> tuple[str, PinnedSDPA]:
     """Return (backend name, a zero-argument callable running SDPA pinned to that backend).
 
     The backend is the first of cuDNN, FlashAttention-2, memory-efficient, math that accepts these
@@ -178,20 +224,13 @@ def pinned_sdpa(q, k, v, *, causal: bool = False):
     comparison cannot silently change backend between runs or machines; the name goes in the report.
     """
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention as F_sdpa
 
     for name in _BACKEND_ORDER:
-        backend = getattr(SDPBackend, name)
+        f = PinnedSDPA(name, q, k, v, causal)
         try:
-            with sdpa_kernel([backend]):
-                F_sdpa(q, k, v, is_causal=causal)
+            f()
             torch.cuda.synchronize()
         except RuntimeError:
             continue
-
-        def run(backend=backend):
-            with sdpa_kernel([backend]):
-                return F_sdpa(q, k, v, is_causal=causal)
-        return name.lower().replace("_attention", ""), run
+        return f.name, f
     raise RuntimeError("no SDPA backend accepts these inputs")

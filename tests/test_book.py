@@ -80,7 +80,7 @@ def test_broken_toc_fails_the_build(tmp_path):
         "a table of contents naming a missing page built cleanly:\n" + log[-3000:])
 
 
-BOOK_NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+BOOK_NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "chapters").glob("*/*.ipynb"))
 
 
 @pytest.mark.parametrize("notebook", BOOK_NOTEBOOKS, ids=lambda p: p.name)

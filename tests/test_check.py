@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from flashtutor.check import FP16_ULP_AT_1, RATIO, check_output, tolerance
+from flashtutor.check import FP16_ULP_AT_1, RATIO, check_output, row_bounds
 from flashtutor.problems import Problem, reference, sdpa
 
 P = Problem(2, 3, 37, 64)
@@ -28,23 +28,50 @@ def test_sdpa_output_itself_passes(case):
     assert check_output(P, q, k, v, s.clone(), ref=ref, sdpa_out=s).ok
 
 
-def test_bound_is_ratio_times_sdpa_error_plus_one_ulp(case):
+def test_bound_is_per_row_ratio_times_sdpa_error_plus_one_ulp(case):
     q, k, v, ref, s = case
-    sdpa_err, bound = tolerance(ref, s)
-    assert bound == pytest.approx(RATIO * sdpa_err + FP16_ULP_AT_1 * ref.abs().max().item() + 1e-6)
+    sdpa_err, bound = row_bounds(ref, s)
+    b, h, i = 1, 2, 5
+    want_sdpa = (s[b, h, i].double() - ref[b, h, i]).abs().max().item()
+    assert sdpa_err[b, h, i].item() == pytest.approx(want_sdpa)
+    assert bound[b, h, i].item() == pytest.approx(RATIO * want_sdpa + FP16_ULP_AT_1 * ref[b, h, i].abs().max().item() + 1e-6)
 
 
-def test_error_just_above_bound_fails_and_just_below_passes(case):
+def test_error_just_above_the_rows_bound_fails_and_below_passes(case):
     q, k, v, ref, s = case
-    _, bound = tolerance(ref, s)
+    _, bound = row_bounds(ref, s)
     for factor, ok in ((0.5, True), (3.0, False)):
         out = ref.clone()
-        out[1, 2, 5, 7] += factor * bound
+        out[1, 2, 5, 7] += factor * bound[1, 2, 5].item()
         r = check_output(P, q, k, v, out.half(), ref=ref, sdpa_out=s)
         assert r.ok is ok
         if not ok:
             assert r.worst["index"] == (1, 2, 5, 7)
             assert "[b=1, h=2, s=5, d=7]" in r.message
+
+
+def test_small_row_is_judged_by_its_own_scale():
+    """An error that a global bound (set by the large early rows of causal attention) would allow
+    fails on a row whose outputs are small."""
+    p = Problem(1, 1, 64, 64, causal=True)
+    q, k, v = p.inputs(seed=3)
+    ref = reference(q, k, v, causal=True)
+    s = sdpa(q, k, v, causal=True)
+    _, bound = row_bounds(ref, s)
+    assert bound.max() > 2 * bound[0, 0, -1]              # early rows average few values: large outputs
+    out = ref.clone()
+    out[0, 0, -1, 0] += 1.5 * bound[0, 0, -1].item()      # within the loosest row's bound ...
+    assert 1.5 * bound[0, 0, -1] < bound.max()
+    assert not check_output(p, q, k, v, out.half(), ref=ref, sdpa_out=s).ok   # ... but not this row's
+
+
+def test_fp32_accumulation_passes_where_sdpa_is_exact():
+    """At S = 1 the output is v itself and SDPA's error is 0; a kernel that rounds an fp32 result
+    passes through the one-ulp floor."""
+    p = Problem(2, 3, 1, 64)
+    q, k, v = p.inputs(seed=4)
+    out = (v.double() * (1 + 2 ** -13)).half()             # off by a fraction of an ulp before rounding
+    assert check_output(p, q, k, v, out).ok
 
 
 def test_all_nan_is_unwritten(case):

@@ -1,7 +1,7 @@
 """The GPU tier: the solution and the reference pass for real, the stub fails, timing is sane."""
 import pytest
 
-from flashtutor.grade import grade
+from flashtutor import grade
 
 pytestmark = pytest.mark.gpu
 

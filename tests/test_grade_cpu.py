@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from flashtutor.chapters import Chapter
-from flashtutor.grade import grade
+from flashtutor import grade
 
 HERE = Path(__file__).parent / "wrong" / "torch"
 TORCH_CH = Chapter(key="T", slug="cpu_selftest", title="plain PyTorch (grader self-test)", kind="torch",

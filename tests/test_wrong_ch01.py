@@ -2,7 +2,7 @@
 each gets its verdict in a grading run that survives them all."""
 import pytest
 
-from flashtutor.grade import grade
+from flashtutor import grade
 from flashtutor.loaders import CompileError, load_cuda
 from wrong.ch01 import MUTATIONS, materialize
 

@@ -118,6 +118,13 @@ class CudaKernel:
     name: str
     kernel: object  # cuda.core Kernel
     path: str
+    _param_sizes: tuple | None = None   # bytes of each parameter, asked of the driver once
+
+    @property
+    def param_sizes(self) -> tuple:
+        if self._param_sizes is None:
+            self._param_sizes = tuple(size for _, size in self.kernel.arguments_info)
+        return self._param_sizes
 
     @property
     def num_regs(self) -> int:
@@ -192,10 +199,10 @@ def launch(kernel: CudaKernel, *, grid, block, args=(), shared_mem: int = 0):
     import torch
     from cuda.core import LaunchConfig, launch as cc_launch
 
-    info = kernel.kernel.arguments_info
-    if len(info) != len(args):
-        raise TypeError(f"{kernel.name} takes {len(info)} arguments, {len(args)} given")
-    params = [_as_param(kernel, i, a, size) for i, (a, (_, size)) in enumerate(zip(args, info))]
+    sizes = kernel.param_sizes
+    if len(sizes) != len(args):
+        raise TypeError(f"{kernel.name} takes {len(sizes)} arguments, {len(args)} given")
+    params = [_as_param(kernel, i, a, size) for i, (a, size) in enumerate(zip(args, sizes))]
     grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
     block = tuple(block) if isinstance(block, (tuple, list)) else (block,)
     if shared_mem > 48 * 1024:

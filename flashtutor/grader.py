@@ -319,7 +319,7 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     bar = _Progress(len(tasks), f"grading {ch.key} · {path.name}") if progress and tasks else None
     try:
         info, outcomes = run_isolated(
-            "flashtutor.grade:grade", setup, tasks, setup_timeout=setup_timeout,
+            "flashtutor.grader:grade", setup, tasks, setup_timeout=setup_timeout,
             task_timeout=lambda t: check_timeout if t["kind"] == "check" else time_timeout,
             on_outcome=bar.advance if bar else None)
     finally:
