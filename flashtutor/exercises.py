@@ -35,7 +35,7 @@ def stub(text: str, filename: str = "") -> str:
                 raise ValueError(f"{filename}:{n}: nested BEGIN SOLUTION")
             inside, indent, comment = True, m.group(1), m.group(2)
             hint = m.group(3).strip(" :-—")
-            out.append(f"{indent}{comment} TODO: your code here{(' — ' + hint) if hint else ''}.\n")
+            out.append(f"{indent}{comment} TODO: {hint or 'your code here'}.\n")
             if comment == "#":
                 out.append(f'{indent}raise NotImplementedError("{Path(filename).name}: TODO")\n')
             continue

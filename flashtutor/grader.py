@@ -99,6 +99,9 @@ def _exception_result(exc: BaseException, state: dict, problem: Problem) -> dict
 
 
 def grade_setup(setup: dict) -> dict:
+    import os
+    if setup.get("kind") == "triton" and setup["device"] == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"   # must be set before triton is imported
     import torch
 
     from .api import set_poisoning
@@ -313,6 +316,7 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     compile_only = ch.kind == "cuda" and device != "cuda"
     tasks = [] if compile_only else plan(ch, sets=sets, seeds=seeds, timing=timing, graph=graph, device=device)
     setup = {"path": str(path), "cuda_files": cuda_files, "device": device, "compile_only": compile_only,
+             "kind": ch.kind,
              "reference": ch.reference if reference and device == "cuda" else None}
 
     from .isolate import run_isolated

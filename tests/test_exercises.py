@@ -11,7 +11,7 @@ def test_exercises_match_their_solutions():
 
 def test_stub_replaces_marked_regions_only():
     src = "a\n    // BEGIN SOLUTION: the loop\n    secret();\n    // END SOLUTION\nb\n"
-    assert exercises.stub(src) == "a\n    // TODO: your code here — the loop.\nb\n"
+    assert exercises.stub(src) == "a\n    // TODO: the loop.\nb\n"
     py = "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
     out = exercises.stub(py)
     assert "return 1" not in out and "raise NotImplementedError" in out

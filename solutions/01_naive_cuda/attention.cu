@@ -17,7 +17,7 @@ extern "C" __global__ void naive_attention(const __half* __restrict__ Q,   // [B
                                            float* __restrict__ scores,     // [B·H·S, S] scratch
                                            int rows,                       // B·H·S
                                            int S, int D, float scale, int causal) {
-    // BEGIN SOLUTION
+    // BEGIN SOLUTION: the five steps of the notebook: row r and its head, scores and their max, exp and sum, o = Σ p·v / l
     const int r = blockIdx.x * blockDim.x + threadIdx.x;   // this thread's query row
     if (r >= rows) return;                                  // the last block may be partial
     const int i = r % S;                                    // position of the query in its sequence
