@@ -33,6 +33,9 @@ class Chapter:
     speed: SpeedRule = field(default_factory=SpeedRule)
     reference: str | None = None   # "flashtutor.kernels.k01_naive_three_pass": the chapter's reference
     excluded: str = ""             # which shape sets are left out, and why (shown in the report)
+    anticheat: bool = True         # static scan + run-time trace rules (flashtutor.anticheat)
+    allowed: frozenset = frozenset()          # names the static scan allows in this chapter
+    allowed_kernels: str | None = None        # regex of library kernel names allowed at run time
 
     @property
     def exercise_dir(self) -> Path:
@@ -56,6 +59,13 @@ CHAPTERS: dict[str, Chapter] = {
         reference="flashtutor.kernels.k01_naive_three_pass",
         excluded=("the 'large' set (S 4096/8192): a naive kernel needs seconds per call there and an fp32 "
                   "score matrix of up to 17 GB; chapter 2 onwards grade it"),
+    ),
+    "04": Chapter(
+        key="04", slug="04_triton_online_softmax", title="FlashAttention-2 in Triton", kind="triton",
+        files=("attention.py",),
+        check_sets=("seed", "small", "odd", "large"), time_sets=("seed", "large"), causal=True,
+        speed=SpeedRule(max_ratio_vs_sdpa=2.0, calibration="PROVISIONAL, to be calibrated on the GPU"),
+        reference="flashtutor.kernels.k04_triton_fa2_hopper",
     ),
 }
 

@@ -14,6 +14,7 @@ checked again; % of the roofline floor on the peaks measured on this GPU.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import traceback
 from dataclasses import asdict
@@ -125,6 +126,8 @@ def grade_setup(setup: dict) -> dict:
             info["resources_error"] = str(e)
     if setup.get("compile_only"):
         return {"info": info}
+    from .anticheat import Integrity
+    integrity = Integrity()                  # fingerprints taken before any learner code runs
     try:
         mod = _import_file(path)
     except Verdict:
@@ -141,16 +144,34 @@ def grade_setup(setup: dict) -> dict:
     ref = None
     if setup.get("reference"):
         ref = importlib.import_module(setup["reference"]).attention
-    return {"info": info, "fn": fn, "ref": ref, "files": files, "device": setup["device"], "peaks": None}
+    own = set()
+    for cu in setup.get("cuda_files", []):
+        own |= set(re.findall(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)',
+                              Path(cu).read_text()))
+    for obj in vars(mod).values():           # Triton kernels: @triton.jit functions of the module
+        if type(obj).__name__ in ("JITFunction", "Autotuner", "Heuristics"):
+            inner = obj
+            while hasattr(inner, "fn"):
+                inner = inner.fn
+            own.add(getattr(inner, "__name__", ""))
+    own.discard("")
+    info["own_kernels"] = sorted(own)
+    return {"info": info, "fn": fn, "ref": ref, "files": files, "device": setup["device"], "peaks": None,
+            "integrity": integrity, "own": own, "anticheat": setup.get("anticheat", True),
+            "allowed_kernels": setup.get("allowed_kernels"), "kind": setup.get("kind")}
 
 
 def grade_task(state: dict, task: dict) -> dict:
     try:
-        if task["kind"] == "check":
-            return _run_check(state, task)
-        return _run_time(state, task)
+        run = {"check": _run_check, "profile": _run_profile, "time": _run_time}[task["kind"]]
+        result = run(state, task)
     except BaseException as e:  # noqa: BLE001 — a verdict, never a dead grader
-        return _exception_result(e, state, _problem(task["problem"]))
+        result = _exception_result(e, state, _problem(task["problem"]))
+    changed = state["integrity"].changed() if state.get("integrity") else []
+    if changed:   # nothing measured after this can be trusted; end this process
+        return {"kind": task["kind"], "ok": False, "problem": _problem(task["problem"]).name, "cause": "tampering",
+                "fatal": True, "message": "the submission replaced what the grader relies on: " + ", ".join(changed)}
+    return result
 
 
 def _scrub(like):
@@ -210,12 +231,56 @@ def hash_tensor(t) -> tuple:
     return (f.sum().item(), (f * f).sum().item(), f.flatten()[:: max(1, f.numel() // 97)].sum().item())
 
 
+def _run_profile(state: dict, task: dict) -> dict:
+    """One call under torch.profiler: which aten ops and which GPU kernels ran, on which stream."""
+    import json
+    import os
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .anticheat import judge_trace
+
+    p = _problem(task["problem"])
+    dev = state["device"]
+    q, k, v = p.inputs(task["seed"], dev)
+    state["fn"](q, k, v, causal=p.causal)          # warm-up: compilation and caches stay out of the trace
+    _sync(dev)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    marker = torch.zeros(1, device=dev)
+    with profile(activities=acts) as prof:
+        marker.add_(1)                              # a kernel known to run on the caller's stream
+        state["fn"](q, k, v, causal=p.causal)
+        _sync(dev)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace) as f:
+            events = json.load(f).get("traceEvents", [])
+    aten = [e["name"] for e in events if e.get("cat") == "cpu_op"]
+    kernels = [(e["name"], e.get("args", {}).get("stream")) for e in events if e.get("cat") == "kernel"]
+    marker_stream = next((s for n, s in kernels if "CUDAFunctor_add" in n or "add" in n.lower()), None)
+    if marker_stream is not None and len(kernels) and kernels[0][0].lower().find("add") >= 0:
+        marker_stream = kernels[0][1]
+        kernels = kernels[1:]
+    allowed = re.compile(state["allowed_kernels"]) if state.get("allowed_kernels") else None
+    problems = judge_trace(aten, kernels, marker_stream if dev == "cuda" else None, state["own"],
+                           need_own_kernel=dev == "cuda" and state.get("kind") in ("cuda", "triton"),
+                           allowed_kernels=allowed) if state.get("anticheat", True) else []
+    return {"kind": "profile", "ok": not problems, "problem": p.name, "seed": task["seed"],
+            "cause": "forbidden" if problems else "", "message": "; ".join(problems),
+            "kernels": sorted({n[:120] for n, _ in kernels})[:20]}
+
+
 def _run_time(state: dict, task: dict) -> dict:
     import torch
 
     from .check import check_output
     from .roofline import datasheet_peaks, measure_peaks, percent_of_floor
     from .timing import compare, graph_times, pinned_sdpa
+
+    import random
 
     p = _problem(task["problem"])
     q, k, v = p.inputs(task["seed"], "cuda")
@@ -225,11 +290,28 @@ def _run_time(state: dict, task: dict) -> dict:
     if state.get("ref") is not None:
         ref_fn = state["ref"]
         fns["reference"] = lambda: ref_fn(q, k, v, causal=p.causal)
-    stats = compare(fns, reps=task.get("reps", 50))
-    # The output of a timed call must still be right (a kernel may not be fast only when unchecked).
-    out = fns["learner"]()
-    torch.cuda.synchronize()
-    recheck = check_output(p, q, k, v, out, seed=task["seed"])
+    gen = torch.Generator(device="cuda").manual_seed(task["seed"])
+    reps = task.get("reps", 50)
+    spot = set(random.Random().sample(range(reps), k=min(3, reps)))   # secret: which calls get re-checked
+    kept = []
+
+    def refresh(name, r):
+        # New inputs for every timed call (written before the L2 flush, so they are not cached):
+        # a kernel that returns an earlier answer, or caches by address, is caught by the re-check.
+        for t in (q, k, v):
+            t.normal_(generator=gen)
+
+    def keep(name, r, out):
+        if name == "learner" and r in spot:
+            kept.append((q.clone(), k.clone(), v.clone(), out.clone() if isinstance(out, torch.Tensor) else out))
+
+    stats = compare(fns, reps=reps, before=refresh, after=keep)
+    rechecks = [check_output(p, *inp[:3], inp[3], seed=task["seed"]) for inp in kept]
+    bad = [r for r in rechecks if not r.ok]
+    recheck = bad[0] if bad else (rechecks[0] if rechecks else check_output(p, q, k, v, fns["learner"](), seed=0))
+    # A second, short pass with a device-wide synchronize before each end event: work that the
+    # kernel left running on another stream is counted there, and not in the first pass.
+    synced = compare({"learner": fns["learner"]}, reps=5, warmup=1, device_sync=True)["learner"]
     graph = {}
     if task.get("graph"):
         for name, f in fns.items():
@@ -247,20 +329,36 @@ def _run_time(state: dict, task: dict) -> dict:
     result = {"kind": "time", "problem": p.name, "problem_dict": p.to_dict(), "backend": backend,
               "stats": {n: s.to_dict() for n, s in stats.items()}, "graph": graph,
               "ratio": stats["learner"].median_us / stats["sdpa"].median_us,
-              "recheck_ok": recheck.ok, "recheck_message": recheck.message,
+              "recheck_ok": recheck.ok, "recheck_message": recheck.message, "rechecked": len(rechecks),
+              "synced_us": synced.median_us,
+              "escapes_timer": synced.median_us > 1.5 * stats["learner"].median_us + 30.0,
               "floor": floor, "peaks": asdict(peaks) if peaks else None}
     if floor:
         result["pct_floor"] = {n: percent_of_floor(s.median_us, floor["floor_us"]) for n, s in stats.items()}
         result["below_floor"] = stats["learner"].median_us < 0.9 * floor["floor_us"]
+    if result["ratio"] < 0.1:   # 10× faster than SDPA: plausible only after a second look
+        q2, k2, v2 = p.inputs(task["seed"] + 1, "cuda")
+        again = check_output(p, q2, k2, v2, fn(q2, k2, v2, causal=p.causal), seed=task["seed"] + 1)
+        result["suspicious"] = f"{1 / result['ratio']:.0f}× faster than SDPA; re-verified on fresh inputs: " + \
+            ("correct" if again.ok else "WRONG — " + again.message)
+        if not again.ok:
+            result["recheck_ok"], result["recheck_message"] = False, again.message
     return result
 
 
 # ---------------------------------------------------------------- parent side -------------------
-def plan(ch: Chapter, *, sets=None, seeds=None, timing=True, graph=None, device="cuda") -> list[dict]:
-    """The list of tasks: correctness cases first, then timings."""
+def plan(ch: Chapter, *, sets=None, seeds=None, timing=True, graph=None, device="cuda",
+         time_sets=None) -> list[dict]:
+    """The list of tasks: correctness cases first, then one profiled call, then timings.
+
+    Seeds are drawn fresh for every grading run (a kernel cannot be tuned to known inputs); the
+    report lists them, so a failure can be reproduced.
+    """
+    import random
     tasks: list[dict] = []
     sets = sets or (("cpu",) if device == "cpu" else ch.check_sets)
     seeds = seeds or ch.seeds
+    base_seed = random.SystemRandom().randrange(1 << 30)
     seen = set()
     for s in sets:
         for p in shape_set(s):
@@ -270,17 +368,20 @@ def plan(ch: Chapter, *, sets=None, seeds=None, timing=True, graph=None, device=
                     continue
                 seen.add(pc)
                 for seed in range(seeds):
-                    tasks.append({"kind": "check", "problem": pc.to_dict(), "seed": 1000 + seed})
+                    tasks.append({"kind": "check", "problem": pc.to_dict(), "seed": base_seed + len(tasks)})
     if ch.large_logits:
         base = next((p for p in shape_set(sets[0]) if p.S >= 32), shape_set(sets[0])[0])
         big = base.replace(qk_std=6.0)    # scores with std 36: exp() overflows fp32 without max subtraction
-        tasks.append({"kind": "check", "problem": big.to_dict(), "seed": 7})
+        tasks.append({"kind": "check", "problem": big.to_dict(), "seed": base_seed + len(tasks)})
         if ch.causal:
-            tasks.append({"kind": "check", "problem": big.replace(causal=True).to_dict(), "seed": 8})
+            tasks.append({"kind": "check", "problem": big.replace(causal=True).to_dict(), "seed": base_seed + len(tasks)})
+    if ch.anticheat:
+        base = next((p for p in shape_set(sets[0]) if p.S >= 32), shape_set(sets[0])[0])
+        tasks.append({"kind": "profile", "problem": base.to_dict(), "seed": base_seed + len(tasks)})
     if timing and device == "cuda":
-        for s in ch.time_sets:
+        for s in time_sets or ch.time_sets:
             for p in shape_set(s):
-                tasks.append({"kind": "time", "problem": p.to_dict(), "seed": 4242,
+                tasks.append({"kind": "time", "problem": p.to_dict(), "seed": base_seed + len(tasks),
                               "graph": ch.graph_time if graph is None else graph})
     return tasks
 
@@ -298,6 +399,7 @@ def _gpu_available() -> bool:
 
 def grade(chapter, path=None, *, solution: bool = False, device: str | None = None, sets=None, seeds=None,
           timing: bool = True, graph: bool | None = None, reference: bool = False, progress: bool = True,
+          time_sets=None,
           setup_timeout: float = SETUP_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
           time_timeout: float = TIME_TIMEOUT) -> Report:
     ch = get_chapter(chapter)
@@ -313,10 +415,14 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
         cuda_files = sorted(str(f) for f in path.parent.glob("*.cu"))
     report = Report(chapter=ch.key, title=ch.title, path=str(path), device=device, excluded=ch.excluded,
                     speed_rule=asdict(ch.speed))
+    if ch.anticheat:   # read, never run: safe in this process
+        from .anticheat import scan
+        report.static = [f.to_dict() for f in scan(path, cuda_files, ch.allowed)]
     compile_only = ch.kind == "cuda" and device != "cuda"
-    tasks = [] if compile_only else plan(ch, sets=sets, seeds=seeds, timing=timing, graph=graph, device=device)
+    tasks = [] if compile_only else plan(ch, sets=sets, seeds=seeds, timing=timing, graph=graph, device=device,
+                                         time_sets=time_sets)
     setup = {"path": str(path), "cuda_files": cuda_files, "device": device, "compile_only": compile_only,
-             "kind": ch.kind,
+             "kind": ch.kind, "anticheat": ch.anticheat, "allowed_kernels": ch.allowed_kernels,
              "reference": ch.reference if reference and device == "cuda" else None}
 
     from .isolate import run_isolated
@@ -324,7 +430,7 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     try:
         info, outcomes = run_isolated(
             "flashtutor.grader:grade", setup, tasks, setup_timeout=setup_timeout,
-            task_timeout=lambda t: check_timeout if t["kind"] == "check" else time_timeout,
+            task_timeout=lambda t: time_timeout if t["kind"] == "time" else check_timeout,
             on_outcome=bar.advance if bar else None)
     finally:
         if bar:

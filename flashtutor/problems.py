@@ -134,6 +134,8 @@ SHAPE_SETS: dict[str, tuple[Problem, ...]] = {
     # Sequence lengths that are no multiple of any tile, with B > 1 and H > 1 (indexing bugs).
     "odd": _set(Problem(2, 3, 1, 64), Problem(2, 3, 113, 64), Problem(3, 2, 1023, 64),
                 Problem(2, 3, 113, 128), Problem(1, 2, 1023, 128)),
+    # The adversarial corpus on a GPU: partial tiles, B > 1, H > 1, both in few cases.
+    "adversarial": _set(Problem(2, 3, 113, 64), Problem(3, 2, 1023, 64)),
     # Small enough for a CPU (the Triton interpreter, the grader's own tests).
     "cpu": _set(Problem(2, 2, 1, 64), Problem(2, 3, 37, 64), Problem(1, 2, 70, 128)),
 }

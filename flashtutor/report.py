@@ -29,6 +29,9 @@ class Report:
     checks: list = field(default_factory=list)     # one dict per (shape, seed)
     timings: list = field(default_factory=list)    # one dict per timed shape
     failures: list = field(default_factory=list)   # messages, worst first
+    warnings: list = field(default_factory=list)   # reported, not failing
+    static: list = field(default_factory=list)     # anti-cheat findings from reading the source
+    profile: list = field(default_factory=list)    # the profiled call: kernels seen, problems
     method: list = field(default_factory=list)     # what was checked, in words
 
     # ------------------------------------------------------------------ verdict
@@ -54,8 +57,17 @@ class Report:
                 r = {"kind": t["kind"], "ok": False, "cause": o.verdict, "message": o.message,
                      "problem": _name(t["problem"])}
             r.setdefault("seed", t.get("seed"))
-            (self.checks if t["kind"] == "check" else self.timings).append(r)
+            {"check": self.checks, "time": self.timings, "profile": self.profile}[t["kind"]].append(r)
         bad = [c for c in self.checks if not c.get("ok")]
+        for f in self.static:
+            (self.failures if f["severity"] == "forbidden" else self.warnings).append(
+                f"{f['file']}:{f['line']}: {f['what']}")
+        if any(f["severity"] == "forbidden" for f in self.static):
+            bad.append({"cause": "forbidden"})
+        for pr in self.profile:
+            if not pr.get("ok"):
+                self.failures.append(f"run-time check ({pr.get('problem')}): {pr.get('message')}")
+                bad.append(pr)
         for c in bad:
             msg = f"{c.get('problem')} (seed {c.get('seed')}): {c.get('message', '')}"
             if c.get("log"):
@@ -66,10 +78,20 @@ class Report:
             if tm.get("kind") == "time" and "stats" in tm:
                 if not tm.get("recheck_ok", True):
                     self.failures.append(f"{tm['problem']}: the output of a timed call is wrong: {tm['recheck_message']}")
+                    tm["cause"] = "timed output wrong"
                     bad.append(tm)
+                if tm.get("escapes_timer"):
+                    self.failures.append(f"{tm['problem']}: with a device-wide synchronize before the end event the "
+                                         f"call takes {tm['synced_us']:.1f} µs instead of {tm['stats']['learner']['median_us']:.1f}"
+                                         " µs: work continues outside the timed stream (a side stream?)")
+                    tm["cause"] = "side stream"
+                    bad.append(tm)
+                if tm.get("suspicious"):
+                    self.warnings.append(f"{tm['problem']}: {tm['suspicious']}")
                 if tm.get("below_floor"):
                     self.failures.append(f"{tm['problem']}: faster than the roofline floor — implausible; "
                                          "is the work really done on the GPU in this call?")
+                    tm.setdefault("cause", "below floor")
                     bad.append(tm)
                 lim = speed.max_ratio_vs_sdpa
                 if lim and tm["ratio"] > lim:
@@ -116,6 +138,15 @@ class Report:
                          f"({speed.calibration})")
             else:
                 m.append("speed rule: none in this chapter — speed is reported, not graded")
+        if any(t["kind"] == "profile" for t in tasks) or self.static:
+            m.append("anti-cheat: the source read for library attention/matmul/softmax, @, torch.ops.aten, "
+                     "torch.backends, streams, events, imports of the grader, monkeypatching; one call profiled: no "
+                     "library op or kernel may run, your own kernel must, on the caller's stream; the timer, checker "
+                     "and reference verified unchanged after every case")
+        if any(t["kind"] == "time" for t in tasks):
+            m.append("timed calls: new random inputs before each call (outside the timing, before the flush), "
+                     "three secretly chosen timed outputs re-checked, a second pass with a device-wide synchronize "
+                     "before the end event; faster than the roofline floor fails, 10× faster than SDPA is re-verified")
         m.append("isolation: the submission runs in a spawned child process with timeouts; a crash or hang "
                  "is a verdict and grading continues in a fresh process")
         if self.excluded:
@@ -213,6 +244,8 @@ class Report:
             shown = self.failures[:5]
             more = f"\n… and {len(self.failures) - 5} more (see --json)" if len(self.failures) > 5 else ""
             parts.append(Panel(Text("\n\n".join(shown) + more), title="what went wrong", border_style="red"))
+        if self.warnings:
+            parts.append(Panel(Text("\n".join(self.warnings[:5])), title="notices", border_style="yellow"))
         parts.append(Text("checked: " + "\n         ".join(self.method), style="dim"))
         return Group(*parts)
 
@@ -264,6 +297,9 @@ class Report:
         if self.failures:
             items = "".join(f"<li><pre style='white-space:pre-wrap'>{html.escape(f)}</pre></li>" for f in self.failures[:5])
             h.append(f"<details open><summary>what went wrong ({len(self.failures)})</summary><ul>{items}</ul></details>")
+        if self.warnings:
+            h.append("<details><summary>notices</summary><ul>" + "".join(
+                f"<li>{html.escape(w)}</li>" for w in self.warnings[:5]) + "</ul></details>")
         h.append("<details><summary>what was checked</summary><ul>"
                  + "".join(f"<li>{html.escape(m)}</li>" for m in self.method) + "</ul></details>")
         return "\n".join(h)

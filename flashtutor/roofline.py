@@ -69,7 +69,7 @@ def measure_peaks(device=None, *, copy_bytes: int = 1 << 30, n: int = 8192) -> P
     b = torch.randn(n, n, dtype=torch.float16, device=device)
     t_mm = event_times(lambda: torch.mm(a, b), reps=10, flush_l2=False).median_us
     base = datasheet_peaks(name) or Peaks(name, float("nan"), float("nan"), float("nan"))
-    del src, dst, a, b
+
     return replace(base, name=name, tensor_tflops=2 * n**3 / (t_mm * 1e-6) / 1e12,
                    hbm_tbs=2 * copy_bytes / (t_copy * 1e-6) / 1e12, source="measured")
 

@@ -72,11 +72,18 @@ class L2Flusher:
 
 
 def compare(fns: dict[str, Callable[[], object]], *, reps: int = 50, warmup: int = 3,
-            flush_l2: bool = True, max_seconds: float = 20.0) -> dict[str, Stats]:
+            flush_l2: bool = True, max_seconds: float = 20.0, before=None, after=None,
+            device_sync: bool = False) -> dict[str, Stats]:
     """Time several callables alternately (ABAB…, order rotated each round) with CUDA events.
 
     Returns a :class:`Stats` per name. ``reps`` is lowered (never below 10) when one round
     would take so long that ``max_seconds`` would be exceeded.
+
+    ``before(name, rep)`` runs before each timed call and before the L2 flush (the grader refreshes
+    the inputs there, so every repetition sees new data that is not in L2); ``after(name, rep, out)``
+    runs after the end event is recorded (the grader keeps a few outputs to re-check). With
+    ``device_sync`` the whole device is synchronised before the end event, so work the callable
+    left on another stream is counted too (at the price of the host's synchronisation latency).
     """
     import contextlib
 
@@ -84,10 +91,11 @@ def compare(fns: dict[str, Callable[[], object]], *, reps: int = 50, warmup: int
         for f in fns.values():       # hold SDPA's backend pin for the whole loop, not per call
             if isinstance(f, PinnedSDPA):
                 stack.enter_context(f.pinned())
-        return _compare(fns, reps=reps, warmup=warmup, flush_l2=flush_l2, max_seconds=max_seconds)
+        return _compare(fns, reps=reps, warmup=warmup, flush_l2=flush_l2, max_seconds=max_seconds,
+                        before=before, after=after, device_sync=device_sync)
 
 
-def _compare(fns, *, reps, warmup, flush_l2, max_seconds):
+def _compare(fns, *, reps, warmup, flush_l2, max_seconds, before=None, after=None, device_sync=False):
     import torch
 
     names = list(fns)
@@ -111,12 +119,18 @@ def _compare(fns, *, reps, warmup, flush_l2, max_seconds):
     for r in range(reps):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
+            if before:
+                before(name, r)
             if flusher:
                 flusher()
             start, end = events[name][r]
             start.record()
-            fns[name]()
+            out = fns[name]()
+            if device_sync:
+                torch.cuda.synchronize()
             end.record()
+            if after:
+                after(name, r, out)
     torch.cuda.synchronize()
     return {n: Stats.of([s.elapsed_time(e) * 1e3 for s, e in events[n]]) for n in names}
 

@@ -7,9 +7,11 @@ import pytest
 from flashtutor.chapters import Chapter
 from flashtutor import grade
 
-HERE = Path(__file__).parent / "wrong" / "torch"
+HERE = Path(__file__).parent / "adversarial" / "torch"
+# These submissions use torch's own matmul to make a right or wrongly-right answer: anti-cheat is off
+# here (tests/test_adversarial.py runs the cheats with it on).
 TORCH_CH = Chapter(key="T", slug="cpu_selftest", title="plain PyTorch (grader self-test)", kind="torch",
-                   check_sets=("cpu",), causal=True, seeds=1, large_logits=True)
+                   check_sets=("cpu",), causal=True, seeds=1, large_logits=True, anticheat=False)
 
 
 def run(name, **kw):
@@ -25,6 +27,7 @@ def test_good_submission_passes():
     r = run("good")
     assert r.verdict == "pass", r.failures
     assert len(r.checks) == 3 * 2 + 2           # 3 shapes × causal/not + 2 large-logit cases
+    assert len({c["seed"] for c in r.checks}) == len(r.checks)   # fresh inputs for every case
     assert all(c["err"] <= c["bound"] for c in r.checks)
     assert any("NaN" in m for m in r.method) and any("child process" in m for m in r.method)
     assert '"verdict": "pass"' in r.to_json()

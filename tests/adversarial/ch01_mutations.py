@@ -35,6 +35,13 @@ MUTATIONS: dict[str, tuple[str, dict, str]] = {
                                          "assert(S % 16 == 0);   // NVRTC has assert built in; 'S is always a multiple of 16'\n"
                                          "    if (r >= rows) return;")]},
                       "an assertion that does not hold for S = 113: the kernel aborts"),
+    "first_batch_only": ("batch",
+                         {"attention.py": [("    rows = B * H * S\n", "    rows = H * S   # forgot the batch\n")]},
+                         "the grid covers one batch element: right only for B = 1"),
+    "fp16_accumulator": ("precision",
+                         {"attention.cu": [("acc += s[j] * __half2float(v[(size_t)j * D + d]);",
+                                            "acc = __half2float(__float2half(acc + s[j] * __half2float(v[(size_t)j * D + d])));")]},
+                         "the PV sum is rounded to fp16 at every step: lower precision that changes the result"),
     "hang": ("timeout",
              {"attention.cu": [("if (r >= rows) return;", "while (r >= rows) { }   // waits for work that never comes")]},
              "threads past the last row spin forever when the last block is partial"),
