@@ -127,7 +127,7 @@ def _explain_nonfinite(p: Problem, o: torch.Tensor, nonfinite: torch.Tensor) -> 
     isnan = torch.isnan(o)
     if n_bad == n:
         return ("every output element is NaN: the kernel wrote nothing (the output is pre-filled with NaN). "
-                f"Is the kernel still the TODO stub, or did the launch fail silently?", "unwritten")
+                "Is the kernel still the TODO stub, or did the launch fail silently?", "unwritten")
     rows_bad = nonfinite.any(dim=-1)                     # [B, H, S]
     bad_s = rows_bad.any(dim=0).any(dim=0)               # [S]
     first_bad_row = int(bad_s.nonzero()[0])
