@@ -78,7 +78,14 @@ def doctor() -> list[tuple[str, bool, str]]:
     from .sass import find_tool
     for tool in ("cuobjdump", "nvdisasm", "nvcc", "compute-sanitizer"):
         p = find_tool(tool)
-        rows.append((tool, p is not None, p or "not found"))
+        detail = p or "not found"
+        if p and tool == "nvcc":
+            try:
+                out = subprocess.run([p, "--version"], capture_output=True, text=True, timeout=30).stdout
+                detail = f"{out.strip().splitlines()[-1]} ({p})"
+            except Exception:
+                pass
+        rows.append((tool, p is not None, detail))
     try:
         import cutlass_library
         from pathlib import Path

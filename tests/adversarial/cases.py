@@ -68,6 +68,7 @@ CASES = [
     Case("modifies its inputs", "inputs modified", "modified its input", False, file="torch/modifies_inputs.py"),
     Case("hangs (Python)", "timeout", "no answer within", False, file="torch/hang.py"),
     Case("crashes (segfault)", "crash", "signal 11", False, file="torch/segfault.py"),
+    Case("runs out of GPU memory", "out of memory", "out of memory", True, file="torch/oom.py"),
 ]
 CONTROL = "cheats/honest_elementwise.py"
 
