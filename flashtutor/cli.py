@@ -57,24 +57,34 @@ def _sass(a) -> int:
     from rich.table import Table
 
     from .loaders import CompileError, load_cuda
-    from .sass import disassemble, histogram
+    from .sass import classify, disassemble, histogram, predication
     try:
         mod = load_cuda(a.path, arch=a.arch)
     except CompileError as e:
         print(e, file=sys.stderr)
         return 1
     con = Console()
-    for name, r in mod.resources().items():
-        con.print(f"[bold]{name}[/] ({mod.arch}): {r['registers']} registers, {r['shared_bytes']} B shared, "
-                  f"{r['stack_bytes']} B stack, {r['spill_instructions']} spill instructions (LDL/STL)")
+    res = mod.resources()
     for name, instrs in disassemble(mod.cubin).items():
-        h = histogram(instrs)
+        r = res.get(name, {})
+        con.print(f"[bold]{name}[/] ({mod.arch}): {r.get('registers')} registers, {r.get('shared_bytes')} B static "
+                  f"shared, {r.get('stack_bytes')} B stack, {r.get('spill_instructions')} spill instructions (LDL/STL)")
         t = Table(title=f"{name}: {len(instrs)} instructions")
-        t.add_column("opcode")
+        t.add_column("class")
         t.add_column("count", justify="right")
-        for op, n in h.most_common(a.top):
-            t.add_row(op, str(n))
+        for cls, n in classify(instrs).items():
+            t.add_row(cls, str(n))
+        pr = predication(instrs)
+        t.add_row("predicated (@P…)", str(pr["predicated"]))
+        t.add_row("predicated branches", str(pr["predicated branches"]))
         con.print(t)
+        if a.top:
+            top = Table(title="most frequent opcodes")
+            top.add_column("opcode")
+            top.add_column("count", justify="right")
+            for op, n in histogram(instrs).most_common(a.top):
+                top.add_row(op, str(n))
+            con.print(top)
         if a.dump:
             con.print("\n".join(instrs), markup=False, highlight=False)
     return 0
@@ -105,7 +115,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("sass", help="compile a .cu and report registers, spills and an instruction histogram")
     s.add_argument("path")
     s.add_argument("--arch", help="default: this GPU, or sm_90a without one")
-    s.add_argument("--top", type=int, default=15)
+    s.add_argument("--top", type=int, default=10, help="also list the N most frequent opcodes (0: none)")
     s.add_argument("--dump", action="store_true", help="print the SASS")
     s.set_defaults(fn=_sass)
     a = p.parse_args(argv)

@@ -65,6 +65,37 @@ def histogram(instrs: list[str]) -> Counter:
     return Counter(opcode(i) for i in instrs)
 
 
+# Instruction classes worth counting when reading an attention kernel, in the order of the report.
+CLASSES: dict[str, tuple[str, ...]] = {
+    "tensor cores": ("HGMMA", "HMMA", "QGMMA", "IMMA", "WGMMA"),
+    "fp32 math": ("FFMA", "FADD", "FMUL", "FMNMX", "MUFU", "FSETP", "FSEL"),
+    "global loads": ("LDG", "LDGSTS", "UBLKCP", "UTMALDG"),
+    "global stores": ("STG", "UTMASTG"),
+    "shared memory": ("LDS", "STS", "LDSM", "STSM"),
+    "local memory (spills, stack arrays)": ("LDL", "STL"),
+    "branches": ("BRA", "BRX", "JMP", "CALL", "RET", "EXIT", "BSSY", "BSYNC", "WARPSYNC"),
+    "barriers": ("BAR", "MEMBAR", "SYNCS", "DEPBAR", "WARPGROUP"),
+}
+
+
+def classify(instrs: list[str]) -> dict[str, int]:
+    """Counts per class of :data:`CLASSES` (an instruction in no class is not counted)."""
+    h = histogram(instrs)
+    return {name: sum(h[op] for op in ops) for name, ops in CLASSES.items()}
+
+
+def predication(instrs: list[str]) -> dict[str, int]:
+    """How many instructions carry a guard predicate (``@P0``/``@!P1``), and how many of them are branches.
+
+    A predicated instruction executes only in threads whose predicate is true: the compiler's way
+    to handle short if-statements without branching. The count describes control flow; it says
+    nothing about whether the guarded accesses are in bounds.
+    """
+    pred = [i for i in instrs if i.startswith("@")]
+    return {"instructions": len(instrs), "predicated": len(pred),
+            "predicated branches": sum(1 for i in pred if opcode(i) in ("BRA", "BRX", "EXIT", "RET"))}
+
+
 def resource_usage(cubin: bytes) -> dict[str, dict]:
     """{kernel: {registers, shared_bytes, stack_bytes, local_bytes, spill_instructions, instructions}}."""
     usage: dict[str, dict] = {}

@@ -63,3 +63,24 @@ def test_cache_is_keyed_by_content(tmp_path):
 def test_opcode_parsing():
     assert opcode("@!P0 LDG.E.128 R4, desc[UR6][R2.64]") == "LDG"
     assert opcode("HMMA.16816.F32 R0, R4, R8, R0") == "HMMA"
+
+
+def test_instruction_classes_and_predication():
+    from flashtutor.sass import classify, predication
+    ins = ["@!P0 EXIT", "LDG.E.128 R4, desc[UR6][R2.64]", "HMMA.16816.F32 R0, R4, R8, R0", "@P1 BRA 0x100",
+           "FFMA R1, R2, R3, R1", "LDL R5, [R1]", "BAR.SYNC.DEFER_BLOCKING 0x0"]
+    c = classify(ins)
+    assert c["tensor cores"] == 1 and c["fp32 math"] == 1 and c["global loads"] == 1
+    assert c["local memory (spills, stack arrays)"] == 1 and c["barriers"] == 1 and c["branches"] == 2
+    assert predication(ins) == {"instructions": 7, "predicated": 2, "predicated branches": 2}
+
+
+def test_wmma_example_uses_tensor_cores_and_runtime_index_spills():
+    """The appendix's claims, checked: mma_sync becomes HMMA; a run-time-indexed array goes to the stack."""
+    ex = load_cuda(ROOT / "book/examples/wmma_tile.cu", arch="sm_90a")
+    d = disassemble(ex.cubin)
+    assert histogram(d["tile_wmma"])["HMMA"] > 0 and histogram(d["tile_loop"])["HMMA"] == 0
+    la = load_cuda(ROOT / "book/examples/local_array.cu", arch="sm_90a")
+    res = la.resources()
+    assert res["runtime_index"]["stack_bytes"] > 0 and res["runtime_index"]["spill_instructions"] > 0
+    assert res["constant_index"]["stack_bytes"] == 0 and res["constant_index"]["spill_instructions"] == 0
