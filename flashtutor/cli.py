@@ -9,7 +9,7 @@ def _grade(a) -> int:
     from .grader import grade
     report = grade(a.chapter, a.path, solution=a.solution, timing=not a.no_timing, graph=a.graph or None,
                    reference=a.reference, sets=tuple(a.sets.split(",")) if a.sets else None,
-                   device=a.device, progress=not a.quiet)
+                   device=a.device, progress=not a.quiet, sanitize=a.sanitize)
     report.print()
     if a.json:
         report.save_json(a.json)
@@ -105,6 +105,8 @@ def main(argv=None) -> int:
     g.add_argument("--sets", help="comma-separated shape sets (seed, small, large, odd, cpu)")
     g.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if a GPU is visible")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--sanitize", action="store_true",
+                   help="also run the submission on small shapes under compute-sanitizer (memcheck, racecheck, synccheck)")
     g.set_defaults(fn=_grade)
     d = sub.add_parser("doctor", help="what this machine can do")
     d.set_defaults(fn=_doctor)

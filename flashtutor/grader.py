@@ -144,10 +144,10 @@ def grade_setup(setup: dict) -> dict:
     ref = None
     if setup.get("reference"):
         ref = importlib.import_module(setup["reference"]).attention
+    from .loaders.nvrtc import kernel_names
     own = set()
     for cu in setup.get("cuda_files", []):
-        own |= set(re.findall(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)',
-                              Path(cu).read_text()))
+        own |= kernel_names(cu)
     for obj in vars(mod).values():           # Triton kernels: @triton.jit functions of the module
         if type(obj).__name__ in ("JITFunction", "Autotuner", "Heuristics"):
             inner = obj
@@ -258,14 +258,18 @@ def _run_profile(state: dict, task: dict) -> dict:
         prof.export_chrome_trace(trace)
         with open(trace) as f:
             events = json.load(f).get("traceEvents", [])
+    from .loaders.nvrtc import LOADED, kernel_names
+    own = set(state["own"])
+    for cu in LOADED:                               # kernels of every .cu the submission loaded
+        own |= kernel_names(cu)
     aten = [e["name"] for e in events if e.get("cat") == "cpu_op"]
-    kernels = [(e["name"], e.get("args", {}).get("stream")) for e in events if e.get("cat") == "kernel"]
-    marker_stream = next((s for n, s in kernels if "CUDAFunctor_add" in n or "add" in n.lower()), None)
-    if marker_stream is not None and len(kernels) and kernels[0][0].lower().find("add") >= 0:
-        marker_stream = kernels[0][1]
-        kernels = kernels[1:]
+    kernels = [(e["name"], e.get("args", {}).get("stream"))
+               for e in sorted(events, key=lambda e: e.get("ts", 0)) if e.get("cat") == "kernel"]
+    marker_stream = None
+    if kernels and "add" in kernels[0][0].lower():  # the marker ran first: its stream is the caller's
+        marker_stream = kernels.pop(0)[1]
     allowed = re.compile(state["allowed_kernels"]) if state.get("allowed_kernels") else None
-    problems = judge_trace(aten, kernels, marker_stream if dev == "cuda" else None, state["own"],
+    problems = judge_trace(aten, kernels, marker_stream if dev == "cuda" else None, own,
                            need_own_kernel=dev == "cuda" and state.get("kind") in ("cuda", "triton"),
                            allowed_kernels=allowed) if state.get("anticheat", True) else []
     return {"kind": "profile", "ok": not problems, "problem": p.name, "seed": task["seed"],
@@ -399,7 +403,7 @@ def _gpu_available() -> bool:
 
 def grade(chapter, path=None, *, solution: bool = False, device: str | None = None, sets=None, seeds=None,
           timing: bool = True, graph: bool | None = None, reference: bool = False, progress: bool = True,
-          time_sets=None,
+          time_sets=None, sanitize: bool = False,
           setup_timeout: float = SETUP_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
           time_timeout: float = TIME_TIMEOUT) -> Report:
     ch = get_chapter(chapter)
@@ -436,6 +440,9 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
         if bar:
             bar.close()
     report.fill(info, tasks, outcomes, compile_only=compile_only, speed=ch.speed)
+    if sanitize:
+        from .sanitize import sanitize as run_sanitizer
+        report.add_sanitizer(run_sanitizer(ch, path))
     return report
 
 

@@ -32,6 +32,7 @@ class Report:
     warnings: list = field(default_factory=list)   # reported, not failing
     static: list = field(default_factory=list)     # anti-cheat findings from reading the source
     profile: list = field(default_factory=list)    # the profiled call: kernels seen, problems
+    sanitizer: dict = field(default_factory=dict)  # compute-sanitizer results (grade --sanitize)
     method: list = field(default_factory=list)     # what was checked, in words
 
     # ------------------------------------------------------------------ verdict
@@ -152,6 +153,27 @@ class Report:
         if self.excluded:
             m.append(f"not graded here: {self.excluded}")
         self.method = m
+
+    SANITIZER_CAUSE = {"memcheck": "memory error", "racecheck": "race", "synccheck": "barrier error"}
+
+    def add_sanitizer(self, result: dict) -> None:
+        """Fold compute-sanitizer's findings into the verdict: any finding fails the grade."""
+        from .sanitize import format_findings
+        self.sanitizer = result
+        ran = [t for t, r in result.get("tools", {}).items() if r.get("ran")]
+        self.method.append(f"compute-sanitizer on small shapes: {', '.join(ran) or 'not run'} — {result.get('summary', '')}")
+        found = [(t, f) for t, r in result.get("tools", {}).items() for f in r.get("findings", [])]
+        if not found:
+            return
+        causes = sorted({self.SANITIZER_CAUSE.get(t, t) for t, _ in found})
+        self.failures.insert(0, format_findings(result))
+        if self.verdict == "pass":
+            self.verdict = "fail"
+            self.summary = f"correct on the graded cases, but compute-sanitizer found: {', '.join(causes)}"
+        else:
+            self.summary += f"; compute-sanitizer found: {', '.join(causes)}"
+        self.checks.append({"kind": "sanitize", "ok": False, "problem": "compute-sanitizer", "cause": causes[0],
+                            "message": format_findings(result)})
 
     # ------------------------------------------------------------------ outputs
     @property

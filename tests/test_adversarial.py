@@ -16,7 +16,7 @@ CPU_CASES = [c for c in CASES if not c.gpu]
 def _grade(case, tmp_path, device):
     return grade(chapter_for(case), case.path(tmp_path), device=device, progress=False, timing=case.timing,
                  sets=("adversarial",) if device == "cuda" else None, seeds=1, check_timeout=20,
-                 time_sets=("seed",) if case.timing else None)
+                 time_sets=("seed",) if case.timing else None, sanitize=case.sanitize)
 
 
 def test_control_passes_with_anticheat_on():

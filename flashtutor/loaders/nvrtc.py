@@ -171,9 +171,21 @@ class CudaModule:
         return resource_usage(self.cubin)
 
 
+LOADED: list[str] = []   # paths of every .cu loaded in this process (the grader asks whose kernels ran)
+
+
 def load_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None) -> CudaModule:
     arch = arch or default_arch()
-    return CudaModule(path, compile_cuda(path, arch=arch, defines=defines), arch)
+    mod = CudaModule(path, compile_cuda(path, arch=arch, defines=defines), arch)
+    if str(Path(path).resolve()) not in LOADED:
+        LOADED.append(str(Path(path).resolve()))
+    return mod
+
+
+def kernel_names(path: str | os.PathLike) -> set[str]:
+    """The ``extern "C" __global__`` kernels a .cu file defines (read from its source)."""
+    return set(re.findall(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+'
+                          r'(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', Path(path).read_text()))
 
 
 def _as_param(kernel: CudaKernel, i: int, a, size: int):

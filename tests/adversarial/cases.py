@@ -28,12 +28,13 @@ class Case:
     file: str | None = None    # a submission file under tests/adversarial/
     mutation: str | None = None  # or a chapter-1 mutation (ch01_mutations.MUTATIONS)
     timing: bool = False       # the verdict comes from the timed phase
+    sanitize: bool = False     # the verdict comes from compute-sanitizer (grade --sanitize)
 
     def path(self, tmp: Path) -> Path:
         if self.file:
             return HERE / self.file
         from adversarial.ch01_mutations import materialize
-        return materialize(self.mutation, tmp / self.mutation)
+        return materialize(self.mutation, tmp / "".join(c if c.isalnum() else "_" for c in self.name))
 
 
 CASES = [
@@ -48,6 +49,9 @@ CASES = [
     Case("fp16 accumulator (lower precision)", "precision", "fp32", True, mutation="fp16_accumulator"),
     Case("device-side assert (crash)", "device-side assert", "device-side assert", True, mutation="device_assert"),
     Case("hang", "timeout", "no answer within", True, mutation="hang"),
+    Case("race (missing __syncthreads)", "race", "attention.cu:", True, file="ch01_race/attention.py", sanitize=True),
+    Case("out-of-bounds write, found by memcheck", "memory error", "Invalid __global__ write", True,
+         mutation="oob_write", sanitize=True),
     # --- cheats ----------------------------------------------------------------------------------
     Case("calls SDPA", "forbidden", "scaled_dot_product_attention", False, file="cheats/sdpa_direct.py"),
     Case("calls SDPA through an alias", "forbidden", "scaled_dot_product_attention", False, file="cheats/sdpa_alias.py"),
@@ -76,7 +80,7 @@ CONTROL = "cheats/honest_elementwise.py"
 def chapter_for(case: Case):
     """Chapter-1 (CUDA) mutations and GPU cheats are graded as chapter 01; plain-PyTorch cheats
     under the adversarial chapter (the chapter-1 grader would reject them for lacking a kernel)."""
-    if case.mutation or case.file == "cheats/side_stream.py":
+    if case.mutation or case.file in ("cheats/side_stream.py", "ch01_race/attention.py"):
         return "01"
     return CHEAT_CH
 

@@ -13,7 +13,8 @@ import torch
 import flashtutor as ft
 
 TILE = 64
-KERNEL_FILE = Path(__file__).resolve().parent.parent / "ch01_race" / "attention.cu"
+_HERE = Path(__file__).parent
+KERNEL_FILE = _HERE.parent / "ch01_race" / "attention.cu"
 DEFINES = {"RACE_FIXED": 1}
 _mod = None
 
