@@ -3,7 +3,9 @@
 In a solution file, the lines between ``BEGIN SOLUTION`` and ``END SOLUTION`` markers (in a
 ``//`` or ``#`` comment) are replaced by a TODO stub with the same indentation. The stub keeps
 the file valid: a CUDA kernel body becomes a comment (it compiles, writes nothing, and so fails
-the grader's NaN check); a Python block becomes ``raise NotImplementedError``.
+the grader's NaN check); a Python block becomes ``raise NotImplementedError``, or ``pass`` when the
+marker says ``BEGIN SOLUTION [jit]`` — inside a ``@triton.jit`` function, where a raise does not
+compile on a GPU, the kernel then runs and leaves its output unwritten.
 
 Writing never loses a learner's work: a file is overwritten only if it is exactly what the
 generator wrote last time (its hash is in ``chapters/.generated.json``); otherwise it is first
@@ -35,9 +37,12 @@ def stub(text: str, filename: str = "") -> str:
                 raise ValueError(f"{filename}:{n}: nested BEGIN SOLUTION")
             inside, indent, comment = True, m.group(1), m.group(2)
             hint = m.group(3).strip(" :-—")
+            jit = hint.startswith("[jit]")
+            hint = hint.removeprefix("[jit]").strip(" :-—")
             out.append(f"{indent}{comment} TODO: {hint or 'your code here'}.\n")
             if comment == "#":
-                out.append(f'{indent}raise NotImplementedError("{Path(filename).name}: TODO")\n')
+                out.append(f"{indent}pass\n" if jit else
+                           f'{indent}raise NotImplementedError("{Path(filename).name}: TODO")\n')
             continue
         if _END.match(line):
             if not inside:

@@ -16,6 +16,8 @@ def test_stub_replaces_marked_regions_only():
     out = exercises.stub(py)
     assert "return 1" not in out and "raise NotImplementedError" in out
     compile(out, "f.py", "exec")
+    jit = exercises.stub("def k():\n    x = 1\n    # BEGIN SOLUTION [jit]: the loop\n    x = 2\n    # END SOLUTION\n")
+    assert jit == "def k():\n    x = 1\n    # TODO: the loop.\n    pass\n"
 
 
 @pytest.mark.parametrize("src", ["// BEGIN SOLUTION\nx\n", "x\n// END SOLUTION\n",
