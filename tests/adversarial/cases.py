@@ -89,6 +89,7 @@ def found(report, case: Case) -> tuple[bool, str]:
     """Whether the report names the case's cause and phrase, and a summary of what it said."""
     items = report.checks + report.profile + report.timings
     causes = {c.get("cause") for c in items if not c.get("ok", True) or c.get("cause")}
+    causes |= {x for c in items for x in c.get("causes", [])}
     if report.summary == "compile error":
         causes.add("compile error")
     if any(f["severity"] == "forbidden" for f in report.static):
