@@ -252,7 +252,7 @@ class Report:
                     continue
                 st = tm["stats"]
                 row = [tm["problem"], _fmt_short(st["learner"]), _fmt_short(st["sdpa"]), tm["backend"],
-                       f"{tm['ratio']:.3g}×", _fmt_pct(tm.get('pct_floor', {}).get('learner', math.nan))]
+                       _fmt_ratio(tm['ratio']), _fmt_pct(tm.get('pct_floor', {}).get('learner', math.nan))]
                 if has_ref:
                     row.insert(2, _fmt_short(st["reference"]) if "reference" in st else "")
                 t.add_row(*row)
@@ -318,7 +318,7 @@ class Report:
                 st = tm["stats"]
                 ref = f"<td>{_fmt_stats(st['reference'])}</td>" if has_ref and "reference" in st else ("<td></td>" if has_ref else "")
                 h.append(f"<tr><td>{html.escape(tm['problem'])}</td><td>{_fmt_stats(st['learner'])}</td>{ref}"
-                         f"<td>{_fmt_stats(st['sdpa'])}</td><td>{tm['backend']}</td><td>{tm['ratio']:.3g}×</td>"
+                         f"<td>{_fmt_stats(st['sdpa'])}</td><td>{tm['backend']}</td><td>{_fmt_ratio(tm['ratio'])}</td>"
                          f"<td>{_fmt_pct(tm.get('pct_floor', {}).get('learner', math.nan))}</td></tr>")
             h.append("</table>")
             chart = self.chart_png()
@@ -389,3 +389,7 @@ def _fmt_short(s: dict) -> str:
 
 def _fmt_pct(x: float) -> str:
     return "–" if x != x else f"{x:.2g}%" if x < 10 else f"{x:.0f}%"
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"{x:.0f}×" if x >= 100 else f"{x:.3g}×"
