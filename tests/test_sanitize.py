@@ -15,10 +15,7 @@ from flashtutor.chapters import get_chapter
 from flashtutor.loaders import load_cuda
 from flashtutor.sanitize import Finding, format_findings, parse, sanitize, select
 
-try:
-    from adversarial.ch01_mutations import materialize
-except ImportError:   # before the move of tests/wrong to tests/adversarial
-    from wrong.ch01 import materialize
+from adversarial.ch01_mutations import materialize
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 RACE = ADV / "ch01_race" / "attention.py"
