@@ -51,13 +51,6 @@ def row_bounds(ref: torch.Tensor, sdpa_out: torch.Tensor) -> tuple[torch.Tensor,
     return sdpa_err, RATIO * sdpa_err + floor
 
 
-def tolerance(ref: torch.Tensor, sdpa_out: torch.Tensor) -> tuple[float, float]:
-    """The loosest row's (SDPA error, bound): a summary for printing, not the rule itself."""
-    sdpa_err, bound = row_bounds(ref, sdpa_out)
-    k = int(bound.flatten().argmax())
-    return sdpa_err.flatten()[k].item(), bound.flatten()[k].item()
-
-
 def validate_output(p: Problem, q: torch.Tensor, out) -> str | None:
     """Return an error message if ``out`` is not a tensor shaped and typed like q, else None."""
     if not isinstance(out, torch.Tensor):

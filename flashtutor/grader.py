@@ -144,21 +144,28 @@ def grade_setup(setup: dict) -> dict:
     ref = None
     if setup.get("reference"):
         ref = importlib.import_module(setup["reference"]).attention
-    from .loaders.nvrtc import kernel_names
+    own = _own_kernels(mod)
+    info["own_kernels"] = sorted(own)
+    return {"info": info, "fn": fn, "ref": ref, "files": files, "device": setup["device"], "peaks": None,
+            "integrity": integrity, "mod": mod, "anticheat": setup.get("anticheat", True),
+            "allowed_kernels": setup.get("allowed_kernels"), "kind": setup.get("kind")}
+
+
+def _own_kernels(mod) -> set[str]:
+    """The learner's kernel names: those of every .cu loaded in this process (the submission's own
+    files, loaded at setup or by its calls) and the @triton.jit functions of its module."""
+    from .loaders.nvrtc import LOADED, kernel_names
     own = set()
-    for cu in setup.get("cuda_files", []):
+    for cu in LOADED:
         own |= kernel_names(cu)
-    for obj in vars(mod).values():           # Triton kernels: @triton.jit functions of the module
+    for obj in vars(mod).values():
         if type(obj).__name__ in ("JITFunction", "Autotuner", "Heuristics"):
             inner = obj
             while hasattr(inner, "fn"):
                 inner = inner.fn
             own.add(getattr(inner, "__name__", ""))
     own.discard("")
-    info["own_kernels"] = sorted(own)
-    return {"info": info, "fn": fn, "ref": ref, "files": files, "device": setup["device"], "peaks": None,
-            "integrity": integrity, "own": own, "anticheat": setup.get("anticheat", True),
-            "allowed_kernels": setup.get("allowed_kernels"), "kind": setup.get("kind")}
+    return own
 
 
 def grade_task(state: dict, task: dict) -> dict:
@@ -258,10 +265,7 @@ def _run_profile(state: dict, task: dict) -> dict:
         prof.export_chrome_trace(trace)
         with open(trace) as f:
             events = json.load(f).get("traceEvents", [])
-    from .loaders.nvrtc import LOADED, kernel_names
-    own = set(state["own"])
-    for cu in LOADED:                               # kernels of every .cu the submission loaded
-        own |= kernel_names(cu)
+    own = _own_kernels(state["mod"])                # asked again: a call may load more .cu files
     aten = [e["name"] for e in events if e.get("cat") == "cpu_op"]
     kernels = [(e["name"], e.get("args", {}).get("stream"))
                for e in sorted(events, key=lambda e: e.get("ts", 0)) if e.get("cat") == "kernel"]
@@ -373,14 +377,14 @@ def plan(ch: Chapter, *, sets=None, seeds=None, timing=True, graph=None, device=
                 seen.add(pc)
                 for seed in range(seeds):
                     tasks.append({"kind": "check", "problem": pc.to_dict(), "seed": base_seed + len(tasks)})
+    # The problem for the large-logit cases and the profiled call: the first with a few tiles of keys.
+    base = next((p for p in shape_set(sets[0]) if p.S >= 32), shape_set(sets[0])[0])
     if ch.large_logits:
-        base = next((p for p in shape_set(sets[0]) if p.S >= 32), shape_set(sets[0])[0])
         big = base.replace(qk_std=6.0)    # scores with std 36: exp() overflows fp32 without max subtraction
         tasks.append({"kind": "check", "problem": big.to_dict(), "seed": base_seed + len(tasks)})
         if ch.causal:
             tasks.append({"kind": "check", "problem": big.replace(causal=True).to_dict(), "seed": base_seed + len(tasks)})
     if ch.anticheat:
-        base = next((p for p in shape_set(sets[0]) if p.S >= 32), shape_set(sets[0])[0])
         tasks.append({"kind": "profile", "problem": base.to_dict(), "seed": base_seed + len(tasks)})
     if timing and device == "cuda":
         for s in time_sets or ch.time_sets:
