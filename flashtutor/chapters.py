@@ -10,10 +10,25 @@ ROOT = Path(os.environ.get("FLASHTUTOR_ROOT", Path(__file__).resolve().parent.pa
 
 @dataclass(frozen=True)
 class SpeedRule:
-    """A pass/fail speed threshold. ``max_ratio_vs_sdpa``: learner time / SDPA time must be at most
-    this (median, same process) on every timed shape. Calibrated on the GPU from the solution."""
+    """A pass/fail speed threshold, calibrated on the GPU from the chapter's solution.
+
+    ``max_ratio_vs_sdpa``: learner time / SDPA time must be at most this on every timed shape.
+    ``min_speedup_vs``: the learner must be at least this many times faster than the module named by
+    ``baseline`` (an earlier chapter's reference), timed in the same loop. ``basis``: "events" (CUDA
+    events, L2 flushed) or "graph" (both sides replayed from a CUDA graph, L2 flushed: launch cost
+    removed, for chapters about small problems)."""
     max_ratio_vs_sdpa: float | None = None
+    min_speedup_vs: float | None = None
+    baseline: str | None = None    # "flashtutor.kernels.k01_naive_three_pass"
+    basis: str = "events"
     calibration: str = ""          # where the number comes from (file and GPU)
+
+
+@dataclass(frozen=True)
+class SassRule:
+    """What the compiled kernels must show (checked on the cubin, so also without a GPU)."""
+    require: tuple[str, ...] = ()          # opcode families that must appear, e.g. ("HMMA",)
+    no_spills: bool = False                # no local-memory spill instructions (STL/LDL of spills)
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,7 @@ class Chapter:
     anticheat: bool = True         # static scan + run-time trace rules (flashtutor.anticheat)
     allowed: frozenset = frozenset()          # names the static scan allows in this chapter
     allowed_kernels: str | None = None        # regex of library kernel names allowed at run time
+    sass: SassRule | None = None
 
     @property
     def exercise_dir(self) -> Path:
@@ -60,6 +76,22 @@ CHAPTERS: dict[str, Chapter] = {
         excluded=("the 'large' set (S 4096/8192): a naive kernel needs seconds per call there and an fp32 "
                   "score matrix of up to 17 GB; chapter 2 onwards grade it"),
     ),
+    "02": Chapter(
+        key="02", slug="02_tiling", title="Tiling: shared memory, coalescing, online softmax", kind="cuda",
+        files=("attention.py", "attention.cu"),
+        speed=SpeedRule(min_speedup_vs=None, baseline="flashtutor.kernels.k01_naive_three_pass",
+                        calibration="not calibrated yet"),
+        reference="flashtutor.kernels.k02c_online_softmax",
+        excluded="the 'large' set: scalar fp32 math needs up to a second per call there; chapter 3 grades it",
+    ),
+    "03": Chapter(
+        key="03", slug="03_wmma", title="Tensor cores with WMMA", kind="cuda",
+        files=("attention.py", "attention.cu"),
+        check_sets=("seed", "small", "odd", "large"),
+        speed=SpeedRule(max_ratio_vs_sdpa=None, calibration="not calibrated yet"),
+        sass=SassRule(require=("HMMA",), no_spills=True),
+        reference="flashtutor.kernels.k03c_swizzle",
+    ),
     "04": Chapter(
         key="04", slug="04_triton_online_softmax", title="FlashAttention-2 in Triton", kind="triton",
         files=("attention.py",),
@@ -68,6 +100,22 @@ CHAPTERS: dict[str, Chapter] = {
             "1.5 × 1.55, the solution's worst time ratio to SDPA (B2 H32 S8192 D128, `flashtutor grade 04 "
             "--solution` on an NVIDIA H200, torch 2.11, cuDNN 9.19, triton 3.6, 2026-11-21)")),
         reference="flashtutor.kernels.k04_triton_fa2_hopper",
+    ),
+    "05": Chapter(
+        key="05", slug="05_cutlass_three_kernel", title="Three kernels: CUTLASS GEMMs and a softmax", kind="cutlass",
+        files=("attention.py", "softmax.cu"),
+        check_sets=("seed", "small", "odd"), time_sets=("seed", "small"),
+        speed=SpeedRule(max_ratio_vs_sdpa=None, calibration="not calibrated yet"),
+        sass=SassRule(no_spills=True),
+        reference="flashtutor.kernels.k05_three_kernel",
+        allowed_kernels=r"cutlass|flashtutor",
+    ),
+    "06": Chapter(
+        key="06", slug="06_batching", title="Small problems: batching, launch overhead, CUDA graphs", kind="triton",
+        files=("attention.py",),
+        check_sets=("seed", "small", "odd"), time_sets=("seed", "small"), graph_time=True,
+        speed=SpeedRule(max_ratio_vs_sdpa=None, basis="graph", calibration="not calibrated yet"),
+        reference="flashtutor.kernels.k06_multihead",
     ),
 }
 

@@ -144,9 +144,11 @@ def grade_setup(setup: dict) -> dict:
     ref = None
     if setup.get("reference"):
         ref = importlib.import_module(setup["reference"]).attention
+    baseline = importlib.import_module(setup["baseline"]).attention if setup.get("baseline") else None
     own = _own_kernels(mod)
     info["own_kernels"] = sorted(own)
-    return {"info": info, "fn": fn, "ref": ref, "files": files, "device": setup["device"], "peaks": None,
+    return {"info": info, "fn": fn, "ref": ref, "baseline": baseline, "files": files, "device": setup["device"],
+            "peaks": None,
             "integrity": integrity, "mod": mod, "anticheat": setup.get("anticheat", True),
             "allowed_kernels": setup.get("allowed_kernels"), "kind": setup.get("kind")}
 
@@ -298,6 +300,9 @@ def _run_time(state: dict, task: dict) -> dict:
     if state.get("ref") is not None:
         ref_fn = state["ref"]
         fns["reference"] = lambda: ref_fn(q, k, v, causal=p.causal)
+    if state.get("baseline") is not None:    # the earlier chapter's kernel the speed rule compares with
+        base_fn = state["baseline"]
+        fns["baseline"] = lambda: base_fn(q, k, v, causal=p.causal)
     gen = torch.Generator(device="cuda").manual_seed(task["seed"])
     reps = task.get("reps", 50)
     spot = set(random.Random().sample(range(reps), k=min(3, reps)))   # secret: which calls get re-checked
@@ -323,10 +328,18 @@ def _run_time(state: dict, task: dict) -> dict:
     graph = {}
     if task.get("graph"):
         for name, f in fns.items():
+            if name == "baseline":
+                continue
             try:
                 graph[name] = graph_times(f).to_dict()
             except Exception as e:  # capture can fail (host syncs, allocations)
                 graph[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    if "baseline" in stats:
+        result_extra = {"speedup_vs_baseline": stats["baseline"].median_us / stats["learner"].median_us}
+    else:
+        result_extra = {}
+    if "median_us" in graph.get("learner", {}) and "median_us" in graph.get("sdpa", {}):
+        result_extra["graph_ratio"] = graph["learner"]["median_us"] / graph["sdpa"]["median_us"]
     if state["peaks"] is None:
         try:
             state["peaks"] = measure_peaks()
@@ -340,7 +353,7 @@ def _run_time(state: dict, task: dict) -> dict:
               "recheck_ok": recheck.ok, "recheck_message": recheck.message, "rechecked": len(rechecks),
               "synced_us": synced.median_us,
               "escapes_timer": synced.median_us > 1.5 * stats["learner"].median_us + 30.0,
-              "floor": floor, "peaks": asdict(peaks) if peaks else None}
+              "floor": floor, "peaks": asdict(peaks) if peaks else None, **result_extra}
     if floor:
         result["pct_floor"] = {n: percent_of_floor(s.median_us, floor["floor_us"]) for n, s in stats.items()}
         result["below_floor"] = stats["learner"].median_us < 0.9 * floor["floor_us"]
@@ -418,20 +431,22 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
         raise FileNotFoundError(f"no submission at {path}")
     if device is None:
         device = "cuda" if _gpu_available() else "cpu"
-    cuda_files = sorted(str(f) for f in path.parent.glob(path.stem + "*.cu")) if ch.kind == "cuda" else []
-    if ch.kind == "cuda" and not cuda_files:
+    compiled = ch.kind in ("cuda", "cutlass")     # the learner writes .cu files (NVRTC)
+    cuda_files = sorted(str(f) for f in path.parent.glob(path.stem + "*.cu")) if compiled else []
+    if compiled and not cuda_files:
         cuda_files = sorted(str(f) for f in path.parent.glob("*.cu"))
     report = Report(chapter=ch.key, title=ch.title, path=str(path), device=device, excluded=ch.excluded,
                     speed_rule=asdict(ch.speed))
     if ch.anticheat:   # read, never run: safe in this process
         from .anticheat import scan
         report.static = [f.to_dict() for f in scan(path, cuda_files, ch.allowed)]
-    compile_only = ch.kind == "cuda" and device != "cuda"
+    compile_only = compiled and device != "cuda"
     tasks = [] if compile_only else plan(ch, sets=sets, seeds=seeds, timing=timing, graph=graph, device=device,
                                          time_sets=time_sets)
     setup = {"path": str(path), "cuda_files": cuda_files, "device": device, "compile_only": compile_only,
              "kind": ch.kind, "anticheat": ch.anticheat, "allowed_kernels": ch.allowed_kernels,
-             "reference": ch.reference if reference and device == "cuda" else None}
+             "reference": ch.reference if reference and device == "cuda" else None,
+             "baseline": ch.speed.baseline if ch.speed.min_speedup_vs and timing and device == "cuda" else None}
 
     from .isolate import Outcome, run_isolated
     first = [t for t in tasks if t["kind"] != "time"]        # correctness and the profiled call
@@ -453,7 +468,7 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     finally:
         if bar:
             bar.close()
-    report.fill(info, tasks, outcomes, compile_only=compile_only, speed=ch.speed)
+    report.fill(info, tasks, outcomes, compile_only=compile_only, speed=ch.speed, sass=ch.sass)
     if sanitize:
         from .sanitize import sanitize as run_sanitizer
         report.add_sanitizer(run_sanitizer(ch, path))

@@ -22,6 +22,7 @@ class Report:
     device: str
     excluded: str = ""
     speed_rule: dict = field(default_factory=dict)
+    sass_rule: object = None
     verdict: str = "error"
     summary: str = ""
     env: dict = field(default_factory=dict)
@@ -36,9 +37,11 @@ class Report:
     method: list = field(default_factory=list)     # what was checked, in words
 
     # ------------------------------------------------------------------ verdict
-    def fill(self, info: dict, tasks: list, outcomes: list, *, compile_only: bool, speed) -> None:
+    def fill(self, info: dict, tasks: list, outcomes: list, *, compile_only: bool, speed, sass=None) -> None:
         self.env = info.get("env", {})
         self.resources = info.get("resources", {})
+        self.sass_rule = sass
+        sass_failures = sass_violations(sass, self.resources) if "error" not in info else []
         if "error" in info:
             self.verdict = "fail"
             kind = info.get("verdict", "error")
@@ -46,6 +49,13 @@ class Report:
             self.failures.append(info["error"] + (f"\n{info['log']}" if info.get("log") else ""))
             self._describe(tasks, speed)
             return
+        if sass_failures:     # what the compiled kernels must show: checked on the cubin, GPU or not
+            self.failures.extend(sass_failures)
+            if compile_only:
+                self.verdict = "fail"
+                self.summary = "the compiled kernels break the chapter's SASS rule: " + sass_failures[0]
+                self._describe(tasks, speed)
+                return
         if compile_only:
             self.verdict = "not run"
             self.summary = ("compiled for {}; no CUDA GPU here, so correctness and speed were not checked"
@@ -99,9 +109,7 @@ class Report:
                                          "is the work really done on the GPU in this call?")
                     tm.setdefault("causes", []).append("below floor")
                     bad.append(tm)
-                lim = speed.max_ratio_vs_sdpa
-                if lim and tm["ratio"] > lim:
-                    slow.append(f"{tm['problem']}: {tm['ratio']:.2f}× SDPA's time > {lim:.2f}×")
+                slow.extend(speed_violations(speed, tm))
             elif tm.get("message"):
                 self.failures.append(f"{tm.get('problem')} (timing): {tm['message']}")
                 bad.append(tm)
@@ -109,6 +117,8 @@ class Report:
             if tm.get("causes"):
                 tm["cause"] = tm["causes"][0]
         n_ok = sum(1 for c in self.checks if c.get("ok"))
+        if sass_failures:
+            bad.append({"cause": "SASS rule"})
         if bad:
             self.verdict = "fail"
             causes = sorted({x for c in bad for x in (c.get("causes") or [c.get("cause") or "wrong"])})
@@ -127,6 +137,15 @@ class Report:
         self._describe(tasks, speed)
 
     def _describe(self, tasks, speed):
+        self.method = []
+        self._describe_rules(tasks, speed)
+        if getattr(self, "sass_rule", None):
+            r = self.sass_rule
+            what = ([f"{', '.join(r.require)} instructions present"] if r.require else []) + \
+                   (["no local-memory instructions (LDL/STL: spills or stack arrays)"] if r.no_spills else [])
+            self.method.append("compiled code (SASS of the cubin, checked with or without a GPU): " + "; ".join(what))
+
+    def _describe_rules(self, tasks, speed):
         checks = [t for t in tasks if t["kind"] == "check"]
         shapes = sorted({_name(t["problem"]) for t in checks})
         seeds = sorted({t["seed"] for t in checks})
@@ -142,11 +161,8 @@ class Report:
             m.append("speed: learner and SDPA alternately in one process, CUDA events, 256 MB L2 flush before "
                      "each call, warm-up, median of ≥ 10 (usually 50) calls with p10–p90; the timed output "
                      "is checked again; SDPA's backend pinned and named")
-            if speed.max_ratio_vs_sdpa:
-                m.append(f"speed rule: at most {speed.max_ratio_vs_sdpa:g}× SDPA's time on every timed shape "
-                         f"({speed.calibration})")
-            else:
-                m.append("speed rule: none in this chapter — speed is reported, not graded")
+            rule = describe_speed_rule(speed)
+            m.append(f"speed rule: {rule}" if rule else "speed rule: none in this chapter — speed is reported, not graded")
         if any(t["kind"] == "profile" for t in tasks) or self.static:
             m.append("anti-cheat: the source read for library attention/matmul/softmax, @, torch.ops.aten, "
                      "torch.backends, streams, events, imports of the grader, monkeypatching; one call profiled: no "
@@ -182,6 +198,31 @@ class Report:
             self.summary += f"; compute-sanitizer found: {', '.join(causes)}"
         self.checks.append({"kind": "sanitize", "ok": False, "problem": "compute-sanitizer", "cause": causes[0],
                             "message": format_findings(result)})
+
+    def _timing_columns(self) -> list:
+        """(header, cell(tm, fmt)) for the speed table; optional columns only where some row has them."""
+        def stat(name):
+            return lambda tm, fmt: fmt(tm["stats"][name]) if name in tm["stats"] else ""
+
+        def graph(name):
+            return lambda tm, fmt: fmt(tm["graph"][name]) if "median_us" in tm.get("graph", {}).get(name, {}) else "—"
+
+        rows = [tm for tm in self.timings if "stats" in tm]
+        cols = [("problem", lambda tm, fmt: tm["problem"]), ("yours", stat("learner"))]
+        if any("reference" in tm["stats"] for tm in rows):
+            cols.append(("reference", stat("reference")))
+        if any("baseline" in tm["stats"] for tm in rows):
+            cols.append(("baseline", stat("baseline")))
+        cols += [("SDPA", stat("sdpa")), ("backend", lambda tm, fmt: str(tm["backend"])),
+                 ("yours / SDPA", lambda tm, fmt: _fmt_ratio(tm["ratio"]))]
+        if any(tm.get("graph") for tm in rows):
+            cols += [("yours, graph", graph("learner")), ("SDPA, graph", graph("sdpa")),
+                     ("graph ratio", lambda tm, fmt: _fmt_ratio(tm["graph_ratio"]) if "graph_ratio" in tm else "—")]
+        if any("speedup_vs_baseline" in tm for tm in rows):
+            cols.append(("speed-up vs baseline", lambda tm, fmt: f"{tm['speedup_vs_baseline']:.1f}×"
+                         if "speedup_vs_baseline" in tm else ""))
+        cols.append(("% of floor", lambda tm, fmt: _fmt_pct(tm.get("pct_floor", {}).get("learner", math.nan))))
+        return cols
 
     # ------------------------------------------------------------------ outputs
     @property
@@ -240,22 +281,14 @@ class Report:
             parts.append(t)
         if self.timings:
             t = Table(title="speed: median µs (± half the p10–p90 spread)")
-            cols = ["problem", "yours", "SDPA", "backend", "yours / SDPA", "% of floor"]
-            has_ref = any("reference" in tm.get("stats", {}) for tm in self.timings)
-            if has_ref:
-                cols.insert(2, "reference")
-            for col in cols:
+            cols = self._timing_columns()
+            for col, _ in cols:
                 t.add_column(col, justify="left" if col in ("problem", "backend") else "right")
             for tm in self.timings:
                 if "stats" not in tm:
                     t.add_row(tm.get("problem", "?"), Text(tm.get("cause", "error"), style="red"))
                     continue
-                st = tm["stats"]
-                row = [tm["problem"], _fmt_short(st["learner"]), _fmt_short(st["sdpa"]), tm["backend"],
-                       _fmt_ratio(tm['ratio']), _fmt_pct(tm.get('pct_floor', {}).get('learner', math.nan))]
-                if has_ref:
-                    row.insert(2, _fmt_short(st["reference"]) if "reference" in st else "")
-                t.add_row(*row)
+                t.add_row(*(f(tm, _fmt_short) for _, f in cols))
             parts.append(t)
             pk = next((tm.get("peaks") for tm in self.timings if tm.get("peaks")), None)
             if pk:
@@ -307,19 +340,14 @@ class Report:
                          f"{'ok' if ok else html.escape(r['cause'])}</td></tr>")
             h.append("</table>")
         if self.timings:
-            has_ref = any("reference" in tm.get("stats", {}) for tm in self.timings)
-            h.append("<table><tr><th>problem</th><th>yours µs</th>" + ("<th>reference µs</th>" if has_ref else "")
-                     + "<th>SDPA µs</th><th>backend</th><th>yours / SDPA</th><th>% of floor</th></tr>")
+            cols = self._timing_columns()
+            h.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c, _ in cols) + "</tr>")
             for tm in self.timings:
                 if "stats" not in tm:
-                    h.append(f"<tr><td>{html.escape(str(tm.get('problem')))}</td><td colspan=5>"
+                    h.append(f"<tr><td>{html.escape(str(tm.get('problem')))}</td><td colspan={len(cols) - 1}>"
                              f"{html.escape(str(tm.get('message', '')))}</td></tr>")
                     continue
-                st = tm["stats"]
-                ref = f"<td>{_fmt_stats(st['reference'])}</td>" if has_ref and "reference" in st else ("<td></td>" if has_ref else "")
-                h.append(f"<tr><td>{html.escape(tm['problem'])}</td><td>{_fmt_stats(st['learner'])}</td>{ref}"
-                         f"<td>{_fmt_stats(st['sdpa'])}</td><td>{tm['backend']}</td><td>{_fmt_ratio(tm['ratio'])}</td>"
-                         f"<td>{_fmt_pct(tm.get('pct_floor', {}).get('learner', math.nan))}</td></tr>")
+                h.append("<tr>" + "".join(f"<td>{html.escape(f(tm, _fmt_stats))}</td>" for _, f in cols) + "</tr>")
             h.append("</table>")
             chart = self.chart_png()
             if chart:
@@ -364,6 +392,64 @@ class Report:
         fig.savefig(buf, format="png")
         plt.close(fig)
         return base64.b64encode(buf.getvalue()).decode()
+
+
+def describe_speed_rule(speed) -> str:
+    """The chapter's speed rule in words ('' when speed is only reported)."""
+    parts = []
+    basis = " (both replayed from a CUDA graph, L2 flushed)" if speed.basis == "graph" else ""
+    if speed.max_ratio_vs_sdpa:
+        parts.append(f"at most {speed.max_ratio_vs_sdpa:g}× SDPA's time{basis} on every timed shape")
+    if speed.min_speedup_vs:
+        parts.append(f"at least {speed.min_speedup_vs:g}× faster than {speed.baseline} on every timed shape, "
+                     "timed in the same loop")
+    if not parts:
+        return ""
+    return "; ".join(parts) + (f" ({speed.calibration})" if speed.calibration else "")
+
+
+def speed_violations(speed, tm: dict) -> list[str]:
+    """Messages for every way the timed row ``tm`` breaks the chapter's speed rule."""
+    out = []
+    lim = speed.max_ratio_vs_sdpa
+    if lim:
+        if speed.basis == "graph":
+            ratio = tm.get("graph_ratio")
+            if ratio is None:
+                err = (tm.get("graph") or {}).get("learner", {}).get("error", "no graph-replayed time")
+                out.append(f"{tm['problem']}: the call could not be replayed from a CUDA graph, and this chapter "
+                           f"times it that way: {err}")
+            elif ratio > lim:
+                out.append(f"{tm['problem']}: {ratio:.2f}× SDPA's graph-replayed time > {lim:.2f}×")
+        elif tm["ratio"] > lim:
+            out.append(f"{tm['problem']}: {tm['ratio']:.2f}× SDPA's time > {lim:.2f}×")
+    if speed.min_speedup_vs:
+        sp = tm.get("speedup_vs_baseline")
+        if sp is None:
+            out.append(f"{tm['problem']}: the baseline {speed.baseline} was not timed")
+        elif sp < speed.min_speedup_vs:
+            out.append(f"{tm['problem']}: {sp:.2f}× faster than {speed.baseline.rsplit('.', 1)[-1]} "
+                       f"< {speed.min_speedup_vs:g}× required")
+    return out
+
+
+def sass_violations(rule, resources: dict) -> list[str]:
+    """Messages for every way the compiled kernels (``{file: {kernel: usage}}``) break a SassRule."""
+    if rule is None or not resources:
+        return []
+    out = []
+    kernels = {(f, k): u for f, ks in resources.items() for k, u in ks.items()}
+    for op in rule.require:
+        if not any(u.get("opcodes", {}).get(op, 0) for u in kernels.values()):
+            out.append(f"no {op} instruction in the compiled SASS of {', '.join(sorted(resources))}: "
+                       f"the chapter asks for {op} (tensor-core) math")
+    if rule.no_spills:
+        for (f, k), u in sorted(kernels.items()):
+            if u.get("spill_instructions", 0) or u.get("local_bytes", 0):
+                out.append(f"{f}: kernel {k} uses local memory ({u.get('spill_instructions', 0)} LDL/STL "
+                           f"instructions, {u.get('local_bytes', 0)} bytes per thread): register spills or a "
+                           "stack array; the chapter allows none")
+    return out
 
 
 def _name(pd: dict) -> str:

@@ -111,5 +111,6 @@ def resource_usage(cubin: bytes) -> dict[str, dict]:
                               "stack_bytes": int(vals.get("STACK", 0)), "local_bytes": int(vals.get("LOCAL", 0))}
     for name, instrs in disassemble(cubin).items():
         h = histogram(instrs)
-        usage.setdefault(name, {}).update(spill_instructions=h["LDL"] + h["STL"], instructions=len(instrs))
+        usage.setdefault(name, {}).update(spill_instructions=h["LDL"] + h["STL"], instructions=len(instrs),
+                                          opcodes=dict(sorted(h.items())))
     return usage

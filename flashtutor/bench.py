@@ -1,0 +1,156 @@
+"""Benchmark tables: every step of a chapter beside SDPA, on one GPU, in one process.
+
+    from flashtutor import bench
+    rows = bench.steps_table({"ch1 reference": "flashtutor.kernels.k01_naive_three_pass",
+                              "tiled": "flashtutor.kernels.k02_smem_tiles"}, bench.problems("seed", "small"))
+    bench.save(rows, "results/bench-ch02.json")        # with the GPU's name, versions and the date
+    bench.markdown(rows)                               # one line per (shape, step)
+
+A step is a module path (its ``attention`` is called) or any ``attention(q, k, v, *, causal)``
+callable. Every step is checked for correctness on the shape before it is timed; a step that is
+wrong, or fails, gets its message in the table instead of a time. Times: CUDA events, L2 flushed
+before each call, the steps and SDPA (pinned to its default backend) alternately in one loop,
+median and p10–p90. A module may define ``bytes_moved(problem) -> int``, the HBM traffic its
+algorithm implies; the table then shows it and the bandwidth the step reached with it.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Callable
+
+from .problems import Problem, shape_set
+
+
+def problems(*sets: str, causal: tuple[bool, ...] = (False,)) -> list[Problem]:
+    return [p.replace(causal=c) for s in sets for p in shape_set(s) for c in causal]
+
+
+def _resolve(step) -> tuple[Callable, object]:
+    if isinstance(step, str):
+        mod = importlib.import_module(step)
+        return mod.attention, mod
+    return step, None
+
+
+def steps_table(steps: dict, probs, *, reps: int = 30, max_seconds: float = 10.0, graph: bool = False,
+                seed: int = 0, peaks=None, progress: bool = True, skip: Callable | None = None) -> list[dict]:
+    """One row per (problem, step) plus one per problem for SDPA. ``skip(name, problem)`` returns a
+    reason to leave a step out of a shape (e.g. a naive kernel on a shape where it needs seconds)."""
+    import torch
+
+    from .check import check_output
+    from .roofline import measure_peaks
+    from .timing import compare, graph_times, pinned_sdpa
+
+    peaks = peaks or measure_peaks()
+    resolved = {name: _resolve(s) for name, s in steps.items()}
+    rows: list[dict] = []
+    bar = _bar(len(probs), "benchmark") if progress else None
+    for p in probs:
+        q, k, v = p.inputs(seed, "cuda")
+        backend, sdpa_fn = pinned_sdpa(q, k, v, causal=p.causal)
+        fns, info = {}, {}
+        for name, (fn, mod) in resolved.items():
+            why = skip(name, p) if skip else None
+            if why:
+                info[name] = {"error": f"skipped: {why}"}
+                continue
+            try:
+                out = fn(q, k, v, causal=p.causal)
+                torch.cuda.synchronize()
+                res = check_output(p, q, k, v, out, seed=seed)
+                if not res.ok:
+                    info[name] = {"error": f"wrong: {res.message}"}
+                    continue
+            except Exception as e:   # a step that fails on this shape is reported, not fatal
+                info[name] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
+                torch.cuda.synchronize()
+                continue
+            fns[name] = (lambda f=fn: f(q, k, v, causal=p.causal))
+            info[name] = {"bytes": int(mod.bytes_moved(p)) if mod is not None and hasattr(mod, "bytes_moved") else None}
+        fns["SDPA"] = sdpa_fn
+        stats = compare(fns, reps=reps, max_seconds=max_seconds)
+        floor = peaks.floor_us(p)
+        sdpa_us = stats["SDPA"].median_us
+        for name in list(resolved) + ["SDPA"]:
+            row = {"problem": p.name, "problem_dict": p.to_dict(), "step": name, "backend": backend if name == "SDPA" else None}
+            row.update(info.get(name, {}))
+            if name in stats:
+                s = stats[name]
+                row.update(s.to_dict())
+                row["time_vs_sdpa"] = s.median_us / sdpa_us
+                row["pct_floor"] = 100.0 * floor["floor_us"] / s.median_us
+                if row.get("bytes"):
+                    row["achieved_tbs"] = row["bytes"] / (s.median_us * 1e-6) / 1e12
+                if graph:
+                    try:
+                        row["graph_us"] = graph_times(fns[name]).median_us
+                    except Exception as e:
+                        row["graph_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+            row.pop("samples_us", None)
+            rows.append(row)
+        if bar:
+            bar.advance()
+    if bar:
+        bar.close()
+    return rows
+
+
+def save(rows: list[dict], path, **extra) -> dict:
+    from .env import describe
+    doc = {"env": describe(), "rows": rows, **extra}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
+def load(path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def env_line(env: dict) -> str:
+    parts = [env.get("gpu", "?"), f"torch {env.get('torch')}"]
+    if env.get("cudnn"):
+        parts.append(f"cuDNN {env['cudnn']}")
+    if env.get("triton"):
+        parts.append(f"triton {env['triton']}")
+    parts.append(str(env.get("date")))
+    return " · ".join(parts)
+
+
+def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")) -> str:
+    """A markdown table: one line per (shape, step). ``vs SDPA`` is the step's time / SDPA's time."""
+    head = ["shape", "step"] + list(columns)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if "median_us" not in r:
+            cells = [r.get("error", "—")] + [""] * (len(columns) - 1)
+        else:
+            val = {"median": _us(r["median_us"]), "spread": f"±{50 * r['spread']:.0f}%",
+                   "vs SDPA": f"{r['time_vs_sdpa']:.2f}×" if r["time_vs_sdpa"] < 100 else f"{r['time_vs_sdpa']:.0f}×",
+                   "% floor": f"{r['pct_floor']:.1f}%",
+                   "bytes": _bytes(r.get("bytes")), "TB/s": f"{r['achieved_tbs']:.2f}" if r.get("achieved_tbs") else "—",
+                   "graph": _us(r["graph_us"]) if r.get("graph_us") else "—"}
+            cells = [val[c] for c in columns]
+        lines.append("| " + " | ".join([r["problem"], r["step"]] + cells) + " |")
+    return "\n".join(lines)
+
+
+def _us(x: float) -> str:
+    return f"{x / 1000:.2f} ms" if x >= 1000 else f"{x:.1f} µs"
+
+
+def _bytes(b) -> str:
+    if not b:
+        return "—"
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if b >= f:
+            return f"{b / f:.1f} {unit}"
+    return f"{b} B"
+
+
+def _bar(total, label):
+    from .grader import _Progress
+    return _Progress(total, label)

@@ -1,0 +1,90 @@
+"""The chapter rules beyond correctness: speed against a baseline or on graph-replayed times, and what
+the compiled SASS must show. Each rule has a wrong submission it rejects."""
+import shutil
+
+import pytest
+
+from flashtutor import grade
+from flashtutor.chapters import ROOT, SassRule, SpeedRule
+from flashtutor.report import sass_violations, speed_violations
+
+
+def _row(**kw):
+    tm = {"problem": "B32 H16 S128 D64", "ratio": 0.9, "stats": {}, "graph": {}}
+    tm.update(kw)
+    return tm
+
+
+def test_graph_basis_uses_graph_ratio_not_event_ratio():
+    rule = SpeedRule(max_ratio_vs_sdpa=1.0, basis="graph")
+    assert speed_violations(rule, _row(ratio=3.0, graph_ratio=0.8)) == []          # events slow, graph fast: pass
+    (msg,) = speed_violations(rule, _row(ratio=0.5, graph_ratio=1.3))
+    assert "1.30× SDPA's graph-replayed time > 1.00×" in msg
+
+
+def test_graph_basis_fails_a_call_that_cannot_be_captured():
+    rule = SpeedRule(max_ratio_vs_sdpa=1.0, basis="graph")
+    tm = _row(graph={"learner": {"error": "RuntimeError: operation not permitted when stream is capturing"}})
+    (msg,) = speed_violations(rule, tm)
+    assert "could not be replayed from a CUDA graph" in msg and "not permitted" in msg
+
+
+def test_speedup_over_baseline():
+    rule = SpeedRule(min_speedup_vs=5.0, baseline="flashtutor.kernels.k01_naive_three_pass")
+    assert speed_violations(rule, _row(speedup_vs_baseline=7.5)) == []
+    (msg,) = speed_violations(rule, _row(speedup_vs_baseline=3.2))
+    assert "3.20× faster than k01_naive_three_pass < 5× required" in msg
+    (msg,) = speed_violations(rule, _row())
+    assert "was not timed" in msg
+
+
+def test_sass_rule_on_resource_tables():
+    rule = SassRule(require=("HMMA",), no_spills=True)
+    ok = {"attention.cu": {"k": {"opcodes": {"HMMA": 64, "LDS": 10}, "spill_instructions": 0, "local_bytes": 0}}}
+    assert sass_violations(rule, ok) == []
+    scalar = {"attention.cu": {"k": {"opcodes": {"FFMA": 640}, "spill_instructions": 0, "local_bytes": 0}}}
+    assert "no HMMA instruction" in sass_violations(rule, scalar)[0]
+    spills = {"attention.cu": {"k": {"opcodes": {"HMMA": 8}, "spill_instructions": 12, "local_bytes": 256}}}
+    assert "uses local memory (12 LDL/STL" in sass_violations(rule, spills)[0]
+
+
+def test_chapter3_rejects_a_kernel_without_tensor_cores(tmp_path):
+    """Chapter 1's scalar row kernel is correct attention, but chapter 3 asks for HMMA: the SASS rule
+    rejects it from the compiled cubin alone (no GPU needed)."""
+    for f in ("attention.py", "attention.cu"):
+        shutil.copy(ROOT / "solutions/01_naive_cuda" / f, tmp_path / f)
+    r = grade("03", tmp_path / "attention.py", device="cpu", progress=False)
+    assert r.verdict == "fail"
+    assert any("no HMMA instruction" in f for f in r.failures), r.failures
+    assert (tmp_path / "attention.cu").read_text() == (ROOT / "solutions/01_naive_cuda/attention.cu").read_text()
+
+
+SPILLING = r'''
+#include <cuda_fp16.h>
+// A per-thread array indexed by data: registers cannot be indexed at run time, so it lives in local memory.
+extern "C" __global__ void spill(const __half* q, __half* o, const int* idx, int n) {
+    float scratch[256];
+    for (int i = 0; i < 256; ++i) scratch[i] = __half2float(q[i * n + threadIdx.x]);
+    float acc = 0.f;
+    for (int i = 0; i < n; ++i) acc += scratch[idx[i] & 255];
+    o[threadIdx.x] = __float2half(acc);
+}
+'''
+
+
+def test_chapter3_rejects_local_memory(tmp_path):
+    (tmp_path / "attention.cu").write_text(SPILLING)
+    (tmp_path / "attention.py").write_text("def attention(q, k, v, *, causal=False):\n    raise NotImplementedError\n")
+    r = grade("03", tmp_path / "attention.py", device="cpu", progress=False)
+    assert r.verdict == "fail"
+    assert any("kernel spill uses local memory" in f for f in r.failures), r.failures
+    assert any("no HMMA" in f for f in r.failures)
+
+
+@pytest.mark.parametrize("key", ["01", "02"])
+def test_chapters_without_sass_rule_ignore_it(key, tmp_path):
+    """Chapters 1 and 2 ask nothing of the SASS: the scalar kernel compiles and is 'not run' on a CPU."""
+    for f in ("attention.py", "attention.cu"):
+        shutil.copy(ROOT / "solutions/01_naive_cuda" / f, tmp_path / f)
+    r = grade(key, tmp_path / "attention.py", device="cpu", progress=False)
+    assert r.verdict == "not run", r.failures
