@@ -119,6 +119,7 @@ class CudaKernel:
     kernel: object  # cuda.core Kernel
     path: str
     _param_sizes: tuple | None = None   # bytes of each parameter, asked of the driver once
+    _smem_opt_in: int = 0               # dynamic shared memory this kernel has been allowed so far
 
     @property
     def param_sizes(self) -> tuple:
@@ -217,13 +218,30 @@ def launch(kernel: CudaKernel, *, grid, block, args=(), shared_mem: int = 0):
     params = [_as_param(kernel, i, a, size) for i, (a, size) in enumerate(zip(args, sizes))]
     grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
     block = tuple(block) if isinstance(block, (tuple, list)) else (block,)
-    if shared_mem > 48 * 1024:
-        from cuda.core._utils.cuda_utils import driver
-        driver.cuFuncSetAttribute(kernel.kernel._handle,
-                                  driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                  shared_mem)
+    if shared_mem > max(48 * 1024, kernel._smem_opt_in):
+        _allow_dynamic_shared(kernel, shared_mem)
     cfg = LaunchConfig(grid=grid, block=block, shmem_size=shared_mem)
     cc_launch(_stream(torch.cuda.current_stream()), cfg, kernel.kernel, *params)
+
+
+def _allow_dynamic_shared(kernel: CudaKernel, nbytes: int) -> None:
+    """Above 48 KB of dynamic shared memory a kernel must opt in (once per kernel and size).
+
+    cuda.core loads modules as libraries, so its kernel handle is a CUkernel (set per device with
+    cuKernelSetAttribute); an older cuda.core hands out a CUfunction (cuFuncSetAttribute)."""
+    from cuda.core import Device
+    from cuda.core._utils.cuda_utils import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    h = kernel.kernel._handle
+    if isinstance(h, driver.CUkernel):
+        (err,) = driver.cuKernelSetAttribute(attr, nbytes, h, driver.CUdevice(Device().device_id))
+    else:
+        (err,) = driver.cuFuncSetAttribute(h, attr, nbytes)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{kernel.name}: asking for {nbytes} bytes of dynamic shared memory failed ({err.name}); "
+                           f"this GPU allows at most {Device().properties.max_shared_memory_per_block_optin} per block")
+    kernel._smem_opt_in = nbytes
 
 
 _streams: dict[int, object] = {}

@@ -1,0 +1,350 @@
+"""Chapter 3's measurements on a GPU, in one go:
+
+    python -m flashtutor.kernels.bench03 OUT_DIR
+
+1. correctness of steps a, b, c on the seed, small, odd and large sets, causal and not (and the seed
+   shape with large logits), one line per case;
+2. the steps table — chapter 1's reference, chapter 2's online softmax (if that module exists), the
+   three wmma steps and SDPA — on the seed shape (causal and not) and the small set, then the three
+   wmma steps and SDPA on the large set; saved to OUT_DIR/bench03.json, printed as markdown;
+3. if ``ncu`` (Nsight Compute) is on PATH, the shared-memory bank conflicts of steps a, b, c at the
+   seed shape, to OUT_DIR/ncu03.txt (raw) and in bench03.json (parsed). Optional: never fatal.
+
+A failing part is printed and the script goes on; the JSON is rewritten after every part. The notebook
+uses the same functions: :func:`step_modules`, :func:`steps_table`, :func:`ncu_bank_conflicts`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+WMMA_STEPS = {
+    "a wmma": "flashtutor.kernels.k03a_wmma",
+    "b + cp.async": "flashtutor.kernels.k03b_cp_async",
+    "c + padding": "flashtutor.kernels.k03c_swizzle",
+}
+EARLIER = {   # earlier chapters' references, timed where they take less than NAIVE_LIMIT_S per call
+    "ch1 reference": "flashtutor.kernels.k01_naive_three_pass",
+    "ch2 online softmax": "flashtutor.kernels.k02c_online_softmax",
+}
+NAIVE_LIMIT_S = 0.5
+NCU_METRICS = (   # the brief's two counters first; the others are extras, dropped if this ncu lacks them
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+)
+NCU_EXTRA = (
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",     # all shared-load passes, conflicts included
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum",   # ldmatrix = load_matrix_sync
+    "gpu__time_duration.sum",
+)
+NCU_LABELS = {
+    NCU_METRICS[0]: "ld bank conflicts", NCU_METRICS[1]: "st bank conflicts",
+    NCU_EXTRA[0]: "ld wavefronts", NCU_EXTRA[1]: "st wavefronts",
+    NCU_EXTRA[2]: "ldmatrix conflicts (SASS)", NCU_EXTRA[3]: "time under ncu (ns)",
+}
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def step_modules(*, earlier: bool = True, log=print) -> dict[str, str]:
+    """Label → module of every step that imports here (chapter 2's is optional: written separately)."""
+    steps = {}
+    for label, mod in ({**EARLIER, **WMMA_STEPS} if earlier else WMMA_STEPS).items():
+        try:
+            importlib.import_module(mod)
+            steps[label] = mod
+        except Exception as e:   # a missing or broken module leaves its column out, it does not stop the table
+            log(f"  left out {label} ({mod}): {type(e).__name__}: {str(e)[:160]}")
+    return steps
+
+
+def _slow_skip(steps: dict, limit_s: float = NAIVE_LIMIT_S):
+    """A ``skip(name, problem)`` for steps_table: leave an earlier chapter's kernel out of a shape where
+    one call takes longer than ``limit_s`` (timed once, after a warm-up call that also compiles it)."""
+    import torch
+    cache: dict = {}
+
+    def skip(name, p):
+        if name not in EARLIER:
+            return None
+        key = (name, p.name)
+        if key not in cache:
+            why = None
+            try:
+                fn = importlib.import_module(steps[name]).attention
+                q, k, v = p.inputs(0, "cuda")
+                t0 = time.perf_counter()
+                fn(q, k, v, causal=p.causal)
+                torch.cuda.synchronize()
+                first = time.perf_counter() - t0
+                if first < 20 * limit_s:         # the first call includes the compile; time a second one
+                    t0 = time.perf_counter()
+                    fn(q, k, v, causal=p.causal)
+                    torch.cuda.synchronize()
+                    dt = time.perf_counter() - t0
+                else:
+                    dt = first
+                if dt > limit_s:
+                    why = f"{dt:.2f} s per call (> {limit_s} s)"
+            except Exception:                     # let steps_table run it and report the error
+                torch.cuda.synchronize()
+            cache[key] = why
+        return cache[key]
+    return skip
+
+
+def steps_table(sets=("seed", "small"), *, causal_seed: bool = True, earlier: bool = True, peaks=None,
+                reps: int = 30, progress: bool = True, log=print) -> list[dict]:
+    """Rows of :func:`flashtutor.bench.steps_table` for chapter 3's steps on the given shape sets
+    (non-causal; the seed shape also causal when ``causal_seed``)."""
+    from .. import bench
+    probs = []
+    for s in sets:
+        probs += bench.problems(s, causal=(False, True) if (s == "seed" and causal_seed) else (False,))
+    steps = step_modules(earlier=earlier, log=log)
+    return bench.steps_table(steps, probs, reps=reps, peaks=peaks, progress=progress,
+                             skip=_slow_skip(steps) if earlier else None)
+
+
+def check_all(sets=("seed", "small", "odd", "large"), *, log=print) -> list[dict]:
+    """Every wmma step on every shape of ``sets``, causal and not, plus large logits at the seed shape.
+    The output buffers are NaN-filled (as under the grader); q, k, v and the reference are made once
+    per shape and shared by the steps."""
+    import torch
+
+    from ..api import set_poisoning
+    from ..check import check_output
+    from ..problems import reference, sdpa, shape_set
+
+    fns = {}
+    for label, mod in WMMA_STEPS.items():
+        try:
+            fns[label] = importlib.import_module(mod).attention
+        except Exception as e:
+            log(f"  {label}: import failed: {type(e).__name__}: {e}")
+    cases = [p for s in sets for p in shape_set(s)]
+    cases.append(shape_set("seed")[0].replace(qk_std=6.0))   # scores of std 36: exp overflows without the max
+    out, seen = [], set()
+    set_poisoning(True)
+    try:
+        for p0 in cases:
+            if p0 in seen:
+                continue
+            seen.add(p0)
+            q, k, v = p0.inputs(1, "cuda")
+            for causal in (False, True):
+                p = p0.replace(causal=causal)
+                ref = reference(q, k, v, causal=causal)
+                ref_sdpa = sdpa(q, k, v, causal=causal)
+                for label, fn in fns.items():
+                    rec = {"step": label, "problem": p.name}
+                    try:
+                        o = fn(q, k, v, causal=causal)
+                        torch.cuda.synchronize()
+                        r = check_output(p, q, k, v, o, ref=ref, sdpa_out=ref_sdpa, seed=1)
+                        rec.update(ok=r.ok, err=r.err, bound=r.bound, message=r.message)
+                    except Exception as e:
+                        rec.update(ok=False, message=f"{type(e).__name__}: {str(e)[:300]}")
+                        try:
+                            torch.cuda.synchronize()
+                        except Exception:
+                            pass
+                    out.append(rec)
+                    mark = "ok  " if rec["ok"] else "FAIL"
+                    detail = f"err {rec['err']:.2e} ≤ {rec['bound']:.2e}" if rec["ok"] else rec["message"][:300]
+                    log(f"  {mark} {label:14s} {p.name:32s} {detail}")
+                del ref, ref_sdpa
+            del q, k, v
+            torch.cuda.empty_cache()
+    finally:
+        set_poisoning(False)
+    return out
+
+
+def resources() -> dict:
+    """Registers, spills and shared memory of every kernel of the three steps (from the cubin)."""
+    from ..loaders import load_cuda
+    res = {}
+    for label, mod in WMMA_STEPS.items():
+        m = importlib.import_module(mod)
+        r = load_cuda(m.SOURCE).resources()
+        for name, v in r.items():
+            v = {k2: v[k2] for k2 in ("registers", "spill_instructions", "stack_bytes") if k2 in v}
+            v["dynamic_shared_bytes"] = m.shared_bytes(128 if name.endswith("128") else 64)
+            res[f"{label}: {name}"] = v
+    return res
+
+
+# ---------------------------------------------------------------- Nsight Compute ----------------
+def _ncu_target() -> None:
+    """What ncu profiles: one call of each wmma step at the seed shape (after a warm-up that compiles)."""
+    import torch
+
+    from ..problems import shape_set
+    p = shape_set("seed")[0]
+    q, k, v = p.inputs(0, "cuda")
+    for label, mod in WMMA_STEPS.items():
+        fn = importlib.import_module(mod).attention
+        fn(q, k, v)
+        torch.cuda.synchronize()
+    print("ncu target done", flush=True)
+
+
+def _parse_ncu_csv(text: str) -> dict:
+    """{kernel name: {metric: value}} from ``ncu --csv`` output (the last launch of each kernel)."""
+    import csv
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        return {}
+    out: dict = {}
+    for row in csv.DictReader(lines):
+        name, metric, value = row.get("Kernel Name"), row.get("Metric Name"), row.get("Metric Value")
+        if not name or not metric:
+            continue
+        try:
+            val = float(value.replace(",", ""))
+        except (AttributeError, ValueError):
+            val = value
+        out.setdefault(name, {})[metric] = val
+    return out
+
+
+def ncu_bank_conflicts(out_txt=None, *, timeout: float = 120.0, log=print) -> dict:
+    """Profile :func:`_ncu_target` under ncu (``--clock-control none``); returns {"kernels": {...}} or
+    {"error": ...}. Tries all metrics first, then only the two bank-conflict counters."""
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        return {"error": "ncu (Nsight Compute) is not on PATH"}
+    deadline = time.monotonic() + timeout
+    raw, result = [], {"error": "ncu gave no metrics"}
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for metrics, extra in ((NCU_METRICS + NCU_EXTRA, ["--print-units", "base"]), (NCU_METRICS, [])):
+        left = deadline - time.monotonic()
+        if left < 10:
+            break
+        cmd = [ncu, "--clock-control", "none", "-k", "regex:^wmma_", "--csv", *extra,
+               "--metrics", ",".join(metrics), sys.executable, "-m", "flashtutor.kernels.bench03", "--ncu-target"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=left, cwd=ROOT, env=env)
+            text = r.stdout + "\n" + r.stderr
+            raw.append("$ " + " ".join(cmd) + f"\n(exit {r.returncode})\n" + text)
+            kernels = _parse_ncu_csv(r.stdout)
+            if kernels:
+                result = {"kernels": kernels, "metrics": list(metrics), "command": " ".join(cmd)}
+                break
+            result = {"error": f"ncu exit {r.returncode}: " + (text.strip().splitlines() or ["no output"])[-1][:300]}
+        except subprocess.TimeoutExpired:
+            raw.append("$ " + " ".join(cmd) + "\n(timed out)")
+            result = {"error": f"ncu timed out after {timeout:.0f} s"}
+            break
+        except Exception as e:
+            raw.append("$ " + " ".join(cmd) + f"\n{type(e).__name__}: {e}")
+            result = {"error": f"{type(e).__name__}: {e}"}
+            break
+    if out_txt:
+        Path(out_txt).write_text("\n\n".join(raw) + "\n")
+    return result
+
+
+def ncu_table(result: dict) -> str:
+    """The bank-conflict counters per kernel as a fixed-width table (or the reason there are none)."""
+    if "kernels" not in result:
+        return f"no ncu numbers: {result.get('error')}"
+    metrics = result["metrics"]
+    short = {m: NCU_LABELS.get(m, m) for m in metrics}
+    lines = [f"{'kernel':<22}" + "".join(f"{short[m]:>26}" for m in metrics)]
+    for name, vals in result["kernels"].items():
+        cells = []
+        for m in metrics:
+            v = vals.get(m, "—")
+            cells.append(f"{v:>26,.0f}" if isinstance(v, float) else f"{str(v):>26}")
+        lines.append(f"{name:<22}" + "".join(cells))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the whole run ----------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", help="folder for bench03.json and ncu03.txt")
+    ap.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute part")
+    a = ap.parse_args(argv)
+    if a.ncu_target:
+        _ncu_target()
+        return 0
+    if not a.out:
+        ap.error("OUT_DIR is required")
+    import torch
+
+    from .. import bench
+    from ..env import describe_line
+    from ..roofline import measure_peaks
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    doc: dict = {}
+    rows: list = []
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    def save():
+        bench.save(rows, out / "bench03.json", **doc)
+
+    def part(name, fn):
+        log(f"== {name}")
+        try:
+            return fn()
+        except Exception:
+            log(f"{name} failed:\n{traceback.format_exc()}")
+            doc.setdefault("failures", []).append({"part": name, "traceback": traceback.format_exc()})
+            return None
+        finally:
+            save()
+
+    log(describe_line())
+    doc["resources"] = part("resources (registers, spills, shared memory)", resources) or {}
+    for k, v in doc["resources"].items():
+        log(f"  {k:40s} {v}")
+    if not torch.cuda.is_available():
+        log("no CUDA GPU: nothing to measure")
+        return 1
+    doc["checks"] = part("correctness: steps a, b, c on seed, small, odd, large", lambda: check_all(log=log)) or []
+    n_bad = sum(1 for c in doc["checks"] if not c["ok"])
+    log(f"  {len(doc['checks']) - n_bad} of {len(doc['checks'])} cases correct")
+    peaks = part("peaks (copy bandwidth, fp16 matmul)", measure_peaks)
+    if peaks is not None:
+        doc["peaks"] = asdict(peaks)
+        log(f"  {peaks}")
+    small = part("steps table: seed (causal and not) and small",
+                 lambda: steps_table(("seed", "small"), peaks=peaks, progress=False, log=log)) or []
+    rows.extend(small)
+    save()
+    large = part("steps table: large (the wmma steps only)",
+                 lambda: steps_table(("large",), earlier=False, causal_seed=False, peaks=peaks, progress=False,
+                                     log=log)) or []
+    rows.extend(large)
+    save()
+    print(bench.markdown(rows), flush=True)
+    if not a.no_ncu:
+        res = part("ncu: shared-memory bank conflicts at the seed shape",
+                   lambda: ncu_bank_conflicts(out / "ncu03.txt", log=log))
+        if res is not None:
+            doc["ncu"] = res
+            print(ncu_table(res), flush=True)
+    save()
+    log(f"done: {out / 'bench03.json'}" + (f"; {n_bad} correctness failures" if n_bad else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
