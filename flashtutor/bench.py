@@ -92,7 +92,7 @@ def steps_table(steps: dict, probs, *, reps: int = 30, max_seconds: float = 10.0
             row.pop("samples_us", None)
             rows.append(row)
         if bar:
-            bar.advance()
+            bar.advance(None)
     if bar:
         bar.close()
     return rows

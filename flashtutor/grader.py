@@ -139,6 +139,14 @@ def grade_setup(setup: dict) -> dict:
     fn = getattr(mod, "attention", None)
     if not callable(fn):
         raise Verdict("error", f"{path.name} defines no function attention(q, k, v, *, causal=False)")
+    build = getattr(mod, "build", None) if setup.get("kind") == "cutlass" else None
+    if callable(build):   # compile the library GEMMs now, under the setup timeout, not in the first check
+        try:
+            build(verbose=False)
+        except Exception as e:
+            where = _where(e, files)
+            raise Verdict("compile error", f"building the CUTLASS GEMMs of {path.name} failed: "
+                          f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")) from None
     from .env import describe
     info["env"] = describe()
     ref = None
@@ -424,6 +432,8 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
           setup_timeout: float = SETUP_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
           time_timeout: float = TIME_TIMEOUT) -> Report:
     ch = get_chapter(chapter)
+    if ch.setup_timeout and setup_timeout == SETUP_TIMEOUT:
+        setup_timeout = ch.setup_timeout
     if path is None:
         path = ch.solution_path() if solution else ch.exercise_path()
     path = Path(path).resolve()
@@ -475,11 +485,25 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     return report
 
 
+def _in_notebook_without_widgets() -> bool:
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except ImportError:
+        return False
+    if shell is None or "IPKernelApp" not in shell.config:
+        return False
+    import importlib.util
+    return importlib.util.find_spec("ipywidgets") is None   # rich draws in a notebook through ipywidgets
+
+
 class _Progress:
     """A rich progress bar on stderr (a terminal or a notebook), or nothing if rich is missing."""
 
     def __init__(self, total: int, label: str):
         self.p = None
+        if _in_notebook_without_widgets():   # rich would only warn there, and draw nothing
+            return
         try:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

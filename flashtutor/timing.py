@@ -61,14 +61,27 @@ def ratio_stats(a: Stats, b: Stats) -> float:
 
 
 class L2Flusher:
-    """Overwrites a buffer larger than L2 so the next kernel finds none of its inputs cached."""
+    """Touches a buffer larger than L2 so the next kernel finds none of its inputs cached.
 
-    def __init__(self, nbytes: int = L2_FLUSH_BYTES, device=None):
+    ``mode="write"`` overwrites it (what ``triton.testing.do_bench`` does): L2 is then full of dirty
+    lines, which the timed kernel pays to write back as its own loads evict them. ``mode="read"``
+    reads it (a max-reduction): L2 holds only clean lines, evicted for free — a cold *and* clean
+    cache. Chapter 6 measures the difference; for kernels of a few µs it is large."""
+
+    def __init__(self, nbytes: int = L2_FLUSH_BYTES, device=None, mode: str = "write"):
         import torch
+        if mode not in ("write", "read"):
+            raise ValueError(f"mode must be 'write' or 'read', not {mode!r}")
+        self.mode = mode
         self.buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device or "cuda")
+        if mode == "read":
+            self.buf.zero_()
 
     def __call__(self):
-        self.buf.zero_()
+        if self.mode == "write":
+            self.buf.zero_()
+        else:
+            self.buf.max()
 
 
 def compare(fns: dict[str, Callable[[], object]], *, reps: int = 50, warmup: int = 3,
@@ -142,7 +155,7 @@ def event_times(fn: Callable[[], object], *, reps: int = 50, warmup: int = 3,
 
 
 def graph_times(fn: Callable[[], object], *, calls: int = 20, reps: int = 20,
-                flush_l2: bool = True) -> Stats:
+                flush_l2: bool = True, flush_mode: str = "write") -> Stats:
     """Per-call time of ``fn`` replayed from a CUDA graph: launch overhead mostly removed.
 
     The graph holds ``calls`` copies of (flush, fn); a second graph of ``calls`` flushes alone is
@@ -151,7 +164,7 @@ def graph_times(fn: Callable[[], object], *, calls: int = 20, reps: int = 20,
     """
     import torch
 
-    flusher = L2Flusher() if flush_l2 else None
+    flusher = L2Flusher(mode=flush_mode) if flush_l2 else None
 
     def capture(body):
         s = torch.cuda.Stream()

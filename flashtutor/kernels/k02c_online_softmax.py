@@ -6,30 +6,14 @@ sibling ``attention.cu``), so the kernel exists in one place; the exercise is ge
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 from ..chapters import ROOT
+from . import solution_module
 
 SOURCE = ROOT / "solutions" / "02_tiling" / "attention.py"
 CUDA_SOURCE = SOURCE.with_name("attention.cu")
-_NAME = "flashtutor.kernels._k02_solution"
 
 
-def _load():
-    if _NAME in sys.modules:
-        return sys.modules[_NAME]
-    if not SOURCE.exists():
-        raise ImportError(f"the chapter 2 solution is missing: {SOURCE} (this kernel lives in the course's "
-                          "solutions/ folder; run from a checkout of the course)")
-    spec = importlib.util.spec_from_file_location(_NAME, SOURCE)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[_NAME] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_mod = _load()
+_mod = solution_module("02_tiling")
 attention = _mod.attention
 shared_bytes = _mod.shared_bytes
 key_tile = _mod.key_tile

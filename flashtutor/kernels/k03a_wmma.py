@@ -10,31 +10,15 @@ Exports ``attention(q, k, v, *, causal=False)``, ``shared_bytes(D)``, ``bytes_mo
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 from ..chapters import ROOT
+from . import solution_module
 
 SOURCE_PY = ROOT / "solutions" / "03_wmma" / "attention.py"
 SOURCE = SOURCE_PY.with_suffix(".cu")
 KERNELS = {64: "wmma_attention_d64", 128: "wmma_attention_d128"}
-_NAME = "flashtutor.kernels._k03_solution"
 
 
-def _load():
-    if _NAME in sys.modules:
-        return sys.modules[_NAME]
-    if not SOURCE_PY.exists():
-        raise ImportError(f"the chapter 3 solution is missing: {SOURCE_PY} (this kernel lives in the course's "
-                          "solutions/ folder; run from a checkout of the course)")
-    spec = importlib.util.spec_from_file_location(_NAME, SOURCE_PY)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[_NAME] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_mod = _load()
+_mod = solution_module("03_wmma")
 attention = _mod.attention
 shared_bytes = _mod.shared_bytes
 Br, Bc = _mod.Br, _mod.Bc

@@ -10,29 +10,13 @@ num_warps, num_stages)`` (an explicit tile configuration, for the sweep), ``flas
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 from ..chapters import ROOT
+from . import solution_module
 
 SOURCE = ROOT / "solutions" / "04_triton_online_softmax" / "attention.py"
-_NAME = "flashtutor.kernels._k04_solution"
 
 
-def _load():
-    if _NAME in sys.modules:
-        return sys.modules[_NAME]
-    if not SOURCE.exists():
-        raise ImportError(f"the chapter 4 solution is missing: {SOURCE} (this kernel lives in the course's "
-                          "solutions/ folder; run from a checkout of the course)")
-    spec = importlib.util.spec_from_file_location(_NAME, SOURCE)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[_NAME] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_mod = _load()
+_mod = solution_module("04_triton_online_softmax")
 attention = _mod.attention
 launch = _mod.launch
 flash_attention_kernel = _mod.flash_attention_kernel

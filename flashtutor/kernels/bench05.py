@@ -1,0 +1,543 @@
+"""Chapter 5's measurements: the CUTLASS configuration sweep, the pipeline against SDPA, the memory story.
+
+    python -m flashtutor.kernels.bench05 OUT_DIR          # on a Hopper GPU, with nvcc; ~5-8 minutes
+
+1. builds every sweep configuration in one parallel nvcc run (and records ptxas's warnings per unit);
+2. checks the reference pipeline (the chapter's solution) on the seed, small and odd shapes, causal
+   and not, plus large logits, with :func:`flashtutor.check.check_output`;
+3. times each GEMM configuration against cuBLAS (``torch.bmm``) on the same problem, per shape;
+4. times the whole pipeline per configuration at the seed shape, against SDPA;
+5. times the reference, chapter 4's Triton kernel and SDPA on the seed, small and D=128 shapes, and
+   checks the seed report's three claims;
+6. the crossover series over S = 512 … 16384 (B=1, H=16, D=64) with the score matrix's bytes against
+   the L2 size.
+
+Every step catches its own failure, prints it and goes on; results go to ``OUT_DIR/bench05.json``.
+The notebook calls the same functions with fewer shapes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ..loaders.cutlass import GemmConfig
+from ..problems import Problem
+
+SEED = Problem(1, 16, 1024, 64)
+
+# QKᵀ candidates. The seed report's configuration first: 64×128×64 tiles, KernelTmaWarpSpecialized and
+# the epilogue CUTLASS's "auto" picks for it (NoSmem: registers straight to global memory).
+QK_SWEEP = [
+    GemmConfig("qk", (64, 128, 64), (1, 1), "ws", "nosmem"),        # the seed's
+    GemmConfig("qk", (64, 128, 64), (1, 1), "ws", "tma"),           # + a TMA epilogue
+    GemmConfig("qk", (64, 128, 64), (1, 1), "pingpong", "tma"),     # two tiles in flight per block
+    GemmConfig("qk", (128, 128, 64), (1, 1), "pingpong", "tma"),
+    GemmConfig("qk", (128, 128, 64), (1, 1), "coop", "tma"),        # two warpgroups on one 128-row tile
+    GemmConfig("qk", (128, 128, 64), (1, 1), "coop", "nosmem"),
+    GemmConfig("qk", (128, 128, 64), (2, 1), "coop", "tma"),        # a cluster of 2 shares each K tile
+    GemmConfig("qk", (128, 256, 64), (1, 1), "coop", "tma"),        # wider tiles: fewer, larger stores
+]
+# PV candidates: N = D, so the tile's N should match the head dim.
+PV_SWEEP = [
+    GemmConfig("pv", (128, 64, 64), (1, 1), "coop", "tma"),
+    GemmConfig("pv", (64, 64, 64), (1, 1), "pingpong", "tma"),
+    GemmConfig("pv", (128, 128, 64), (1, 1), "coop", "tma"),
+    GemmConfig("pv", (64, 128, 64), (1, 1), "pingpong", "tma"),
+]
+# The seed's configuration compiled without -DNDEBUG: CUTLASS's device asserts stay, and ptxas serializes
+# the wgmma pipeline (warning C7510). Timed beside the others to show what the warning costs.
+C7510_DEMO = GemmConfig("qk", (64, 128, 64), (1, 1), "ws", "nosmem", ndebug=False)
+GEMM_SHAPES = [(1, 16, 1024, 64), (1, 16, 1024, 128), (8, 16, 512, 64), (1, 16, 4096, 64)]
+CROSSOVER_S = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def log(msg: str = ""):
+    print(msg, flush=True)
+
+
+def sweep_configs(reference=True) -> list[GemmConfig]:
+    """Everything one build needs: the sweep, the C7510 demonstration and the reference's pair per D."""
+    out = QK_SWEEP + PV_SWEEP + [C7510_DEMO]
+    if reference:
+        from . import k05_three_kernel as ref
+        out += [c for D in (64, 128) for c in ref.gemm_configs(D)]
+    return list(dict.fromkeys(out))
+
+
+def build(configs=None, *, verbose=True):
+    """Build (or load from the cache) one library holding ``configs`` (default: :func:`sweep_configs`)."""
+    from ..loaders.cutlass import build_gemms
+    return build_gemms(configs or sweep_configs(), verbose=verbose)
+
+
+# ------------------------------------------------------------------------------ GEMM problems ---
+def _padded(S):
+    return -(-S // 8) * 8
+
+
+class GemmProblem:
+    """The tensors of one product at one attention shape, laid out as the pipeline lays them out."""
+
+    def __init__(self, op: str, B: int, H: int, S: int, D: int, seed: int = 0):
+        import torch
+        self.op, self.shape = op, (B, H, S, D)
+        L, ld = B * H, _padded(S)
+        self.L, self.S, self.D, self.ld = L, S, D, ld
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.scores = torch.empty((L, S, ld), dtype=torch.float32, device="cuda")      # [L, S, ld]
+        if op == "qk":
+            self.q = torch.randn((L, S, D), generator=g, device="cuda", dtype=torch.float16)   # [L, S, D]
+            self.k = torch.randn((L, ld, D), generator=g, device="cuda", dtype=torch.float16)  # [L, ld, D]
+        else:
+            p = torch.rand((L, S, ld), generator=g, device="cuda") / ld                  # probabilities-ish
+            self.p16 = self.scores.view(torch.float16)                                    # [L, S, 2·ld]
+            self.p16[:, :, :ld] = p.half()
+            self.v = torch.randn((L, ld, D), generator=g, device="cuda", dtype=torch.float16)  # [L, ld, D]
+            self.o = torch.empty((L, S, D), dtype=torch.float16, device="cuda")               # [L, S, D]
+
+    @property
+    def name(self) -> str:
+        B, H, S, D = self.shape
+        return f"{self.op} B{B} H{H} S{S} D{D}"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.L * self.S * self.ld * self.D
+
+    @property
+    def bytes(self) -> int:
+        """Compulsory traffic: the operands read once and the result written once."""
+        L, S, D, ld = self.L, self.S, self.D, self.ld
+        if self.op == "qk":
+            return 2 * L * S * D + 2 * L * ld * D + 4 * L * S * ld
+        return 2 * L * S * ld + 2 * L * ld * D + 2 * L * S * D
+
+    def runner(self, gemm):
+        """A zero-argument callable running ``gemm`` (a loaders.cutlass.Gemm) on these tensors."""
+        L, S, D, ld = self.L, self.S, self.D, self.ld
+        if self.op == "qk":
+            return lambda: gemm(self.q, self.k, self.scores, M=S, N=ld, K=D, L=L, lda=D, batch_a=S * D, ldb=D,
+                                batch_b=ld * D, ldd=ld, batch_d=S * ld, alpha=D ** -0.5)
+        return lambda: gemm(self.p16, self.v, self.o, M=S, N=D, K=ld, L=L, lda=2 * ld, batch_a=2 * S * ld, ldb=D,
+                            batch_b=ld * D, ldd=D, batch_d=S * D)
+
+    def cublas(self):
+        """(label, callable): the same product through torch.bmm (cuBLAS), same layouts, same output dtype."""
+        import torch
+        if self.op == "qk":
+            kt = self.k.transpose(1, 2)                                                  # [L, D, ld] view
+            try:
+                torch.bmm(self.q, kt, out_dtype=torch.float32)
+                return "cuBLAS (torch.bmm, fp32 out)", lambda: torch.bmm(self.q, kt, out_dtype=torch.float32)
+            except Exception:   # older torch: only fp16 out, half the bytes written — flagged in the label
+                return "cuBLAS (torch.bmm, fp16 out!)", lambda: torch.bmm(self.q, kt)
+        p = self.p16[:, :, :self.ld]                                                      # [L, S, ld], row stride 2·ld
+        return "cuBLAS (torch.bmm)", lambda: torch.bmm(p, self.v)
+
+    def check(self, gemm) -> str | None:
+        """None if ``gemm`` computes this product correctly, else what is wrong."""
+        import torch
+        self.runner(gemm)()
+        torch.cuda.synchronize()
+        if self.op == "qk":
+            want = torch.bmm(self.q.float(), self.k.float().transpose(1, 2)) * self.D ** -0.5   # [L, S, ld]
+            got = self.scores
+            tol = 1e-3 * want.abs().max().item() + 1e-3
+        else:
+            want = torch.bmm(self.p16[:, :, :self.ld].float(), self.v.float())                 # [L, S, D]
+            got = self.o.float()
+            tol = 2e-3 * want.abs().max().item() + 1e-3
+        if not torch.isfinite(got).all():
+            return "non-finite output"
+        err = (got - want).abs().max().item()
+        return None if err <= tol else f"max error {err:.3g} > {tol:.3g}"
+
+
+def time_gemms(lib, shapes=GEMM_SHAPES, *, qk=None, pv=None, reps=30, flush_l2=True) -> list[dict]:
+    """Each configuration of each product against cuBLAS, per shape (L2 flushed, alternating)."""
+    import torch
+
+    from ..timing import compare
+    qk = [c for c in (qk or [c for c in lib.configs if c.op == "qk"]) if c in lib]
+    pv = [c for c in (pv or [c for c in lib.configs if c.op == "pv"]) if c in lib]
+    rows = []
+    for shape in shapes:
+        for op, configs in (("qk", qk), ("pv", pv)):
+            if not configs:
+                continue
+            try:
+                gp = GemmProblem(op, *shape)
+                fns, errors = {}, {}
+                for c in configs:
+                    why = None
+                    try:
+                        why = gp.check(lib[c])
+                    except Exception as e:
+                        why = f"{type(e).__name__}: {str(e)[:160]}"
+                    if why:
+                        errors[c.short()] = why
+                    else:
+                        fns[c.short()] = gp.runner(lib[c])
+                label, blas = gp.cublas()
+                fns[label] = blas
+                stats = compare(fns, reps=reps, max_seconds=4.0, flush_l2=flush_l2)
+                t_blas = stats[label].median_us
+                for c in configs:
+                    row = {"product": op, "shape": list(shape), "problem": gp.name, "config": c.name,
+                           "label": c.short(), "schedule": c.schedule, "epilogue": c.epilogue, "tile": list(c.tile),
+                           "cluster": list(c.cluster), "ndebug": c.ndebug}
+                    if c.short() in stats:
+                        s = stats[c.short()]
+                        row.update(us=s.median_us, spread=s.spread, tflops=gp.flops / s.median_us / 1e6,
+                                   tbs=gp.bytes / s.median_us / 1e6, cublas_us=t_blas,
+                                   pct_of_cublas=100.0 * t_blas / s.median_us)
+                    else:
+                        row["error"] = errors.get(c.short(), "not timed")
+                    rows.append(row)
+                rows.append({"product": op, "shape": list(shape), "problem": gp.name, "config": "cublas",
+                             "label": label, "us": t_blas, "spread": stats[label].spread,
+                             "tflops": gp.flops / t_blas / 1e6, "tbs": gp.bytes / t_blas / 1e6})
+                del gp
+                torch.cuda.empty_cache()
+            except Exception as e:
+                log(f"  GEMM timing failed at {op} {shape}: {type(e).__name__}: {e}")
+                rows.append({"product": op, "shape": list(shape), "error": f"{type(e).__name__}: {str(e)[:200]}"})
+    return rows
+
+
+def gemm_table(rows) -> str:
+    lines = ["| product · shape | configuration | µs | TFLOP/s | TB/s | % of cuBLAS |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if "us" not in r:
+            lines.append(f"| {r.get('problem', r.get('shape'))} | {r.get('label', '')} | {r.get('error', '—')} | | | |")
+            continue
+        pct = f"{r['pct_of_cublas']:.0f}%" if "pct_of_cublas" in r else "(reference)"
+        lines.append(f"| {r['problem']} | {r['label']} | {r['us']:.1f} | {r['tflops']:.0f} | {r['tbs']:.2f} | {pct} |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------- pipeline ---
+def pipeline_steps(lib, *, D=64) -> dict:
+    """{label: attention callable}: each QK configuration with the reference's PV, and each PV
+    configuration (whose tile N suits D) with the reference's QK."""
+    from . import k05_three_kernel as ref
+    qk_ref, pv_ref = ref.gemm_configs(D)
+    steps = {}
+    for c in [c for c in lib.configs if c.op == "qk"]:
+        steps[f"QK {c.short()}"] = _pipe(c, pv_ref, lib)
+    for c in [c for c in lib.configs if c.op == "pv" and c != pv_ref]:
+        steps[f"PV {c.short()}"] = _pipe(qk_ref, c, lib)
+    return steps
+
+
+def _pipe(qk, pv, lib):
+    from . import k05_three_kernel as ref
+
+    def attention(q, k, v, *, causal=False):
+        return ref.three_kernel(q, k, v, causal=causal, qk=qk, pv=pv, lib=lib)
+    return attention
+
+
+def sdpa_flash(q, k, v, *, causal=False):
+    """SDPA pinned to its FlashAttention-2 backend (the pin's host cost is inside the timing)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def fa3_step():
+    """FlashAttention-3 (``flash_attn_interface``) if it is installed, else None."""
+    try:
+        import flash_attn_interface as fa3   # noqa: F401
+    except Exception:
+        return None
+
+    def attention(q, k, v, *, causal=False):
+        out = fa3.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+        out = out[0] if isinstance(out, tuple) else out
+        return out.transpose(1, 2).contiguous()
+    return attention
+
+
+def seed_claims(rows: list[dict], graph: dict | None = None, hot: dict | None = None) -> list[dict]:
+    """The seed report's three claims against the measured seed-shape rows (non-causal)."""
+    by = {r["step"]: r for r in rows if r["problem"] == SEED.name and "median_us" in r}
+    out = []
+    ref, sdpa = by.get("3-kernel (reference)"), by.get("SDPA")
+    if ref and sdpa:
+        pct = 100.0 * sdpa["median_us"] / ref["median_us"]
+        out.append({"claim": "98% of SDPA", "measured": f"{pct:.0f}% of SDPA's speed (SDPA {sdpa['median_us']:.1f} µs, "
+                    f"3-kernel {ref['median_us']:.1f} µs; time ratio {ref['median_us'] / sdpa['median_us']:.2f}×)",
+                    "holds": pct >= 95.0, "value": pct})
+        per_head = ref["median_us"] / (SEED.B * SEED.H)
+        out.append({"claim": "1.65 µs/head", "measured": f"{per_head:.2f} µs per head ({ref['median_us']:.1f} µs / "
+                    f"{SEED.B * SEED.H} heads)", "holds": per_head <= 1.65 * 1.05, "value": per_head})
+        fa = by.get("FlashAttention-3") or by.get("SDPA FlashAttention-2 backend")
+        if fa:
+            x = fa["median_us"] / ref["median_us"]
+            which = "FlashAttention-3" if "FlashAttention-3" in by else "FlashAttention-2 (SDPA backend; FA3 is not installed)"
+            out.append({"claim": "1.51× faster than FlashAttention-3",
+                        "measured": f"{x:.2f}× the speed of {which} ({fa['median_us']:.1f} µs)",
+                        "holds": x >= 1.51 * 0.95, "value": x, "against": which})
+    if graph:
+        out.append({"claim": "(context) launch overhead removed",
+                    "measured": ", ".join(f"{k} {v:.1f} µs" for k, v in graph.items()) + " replayed from a CUDA graph, L2 flushed",
+                    "holds": None})
+    if hot:
+        out.append({"claim": "(context) L2 not flushed",
+                    "measured": ", ".join(f"{k} {v:.1f} µs" for k, v in hot.items()) + " with warm caches (back-to-back calls)",
+                    "holds": None})
+    return out
+
+
+# ------------------------------------------------------------------------------ memory story ---
+def memory_rows(S_list=CROSSOVER_S, B=1, H=16, D=64, l2_bytes=None) -> list[dict]:
+    """Bytes of the fp32 score matrix per S against the L2 (no GPU needed if l2_bytes is given)."""
+    from . import k05_three_kernel as ref
+    if l2_bytes is None:
+        import torch
+        l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for S in S_list:
+        p = Problem(B, H, S, D)
+        sb = ref.score_bytes(p)
+        rows.append({"S": S, "score_bytes": sb, "p_bytes": sb // 2, "l2_bytes": l2_bytes, "fits_l2": sb <= l2_bytes,
+                     "qkv_o_bytes": p.min_bytes, "pipeline_bytes": ref.bytes_moved(p),
+                     "s2_share": 1.0 - p.min_bytes / ref.bytes_moved(p)})
+    return rows
+
+
+def crossover(S_list=CROSSOVER_S, B=1, H=16, D=64, *, check_up_to=4096, reps=15) -> list[dict]:
+    """3-kernel vs SDPA vs chapter 4's Triton kernel over S; one row per (S, kernel)."""
+    import torch
+
+    from ..check import check_output
+    from ..timing import compare, pinned_sdpa
+    from . import k04_triton_fa2_hopper as ch4
+    from . import k05_three_kernel as ref
+    rows = []
+    for S in S_list:
+        p = Problem(B, H, S, D)
+        try:
+            q, k, v = p.inputs(0, "cuda")
+            _, sdpa = pinned_sdpa(q, k, v, causal=False)
+            fns = {"3-kernel (reference)": lambda: ref.attention(q, k, v),
+                   "ch4 Triton (Hopper)": lambda: ch4.attention(q, k, v), "SDPA": sdpa}
+            checked = {}
+            if S <= check_up_to:
+                for name in ("3-kernel (reference)", "ch4 Triton (Hopper)"):
+                    res = check_output(p, q, k, v, fns[name](), seed=0)
+                    checked[name] = res.ok
+            stats = compare(fns, reps=reps, max_seconds=6.0)
+            for name, st in stats.items():
+                rows.append({"S": S, "kernel": name, "us": st.median_us, "spread": st.spread,
+                             "ns_per_score": 1e3 * st.median_us / (B * H * S * S), "ok": checked.get(name)})
+            log(f"  S={S:>5}: " + ", ".join(f"{n} {st.median_us:.1f} µs" for n, st in stats.items()))
+            fns = sdpa = None                      # let the large buffers go before the next S
+            torch.cuda.empty_cache()
+        except Exception as e:
+            log(f"  crossover S={S} failed: {type(e).__name__}: {e}")
+            rows.append({"S": S, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+    return rows
+
+
+def crossings(rows: list[dict], a="3-kernel (reference)", b="SDPA") -> list[float]:
+    """Sequence lengths where kernel ``a`` and ``b`` swap order (log-interpolated between measured S)."""
+    t = {}
+    for r in rows:
+        if "us" in r:
+            t.setdefault(r["S"], {})[r["kernel"]] = r["us"]
+    pts = sorted((S, v[a] / v[b]) for S, v in t.items() if a in v and b in v)
+    out = []
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
+        if (r0 - 1) * (r1 - 1) < 0:
+            f = math.log(r0) / (math.log(r0) - math.log(r1))
+            out.append(float(2 ** (math.log2(s0) + f * (math.log2(s1) - math.log2(s0)))))
+    return out
+
+
+def plot_crossover(rows, memory=None, ax=None, title=""):
+    """Time over S (log-log) for each kernel; the S where the score matrix outgrows L2 and any crossing marked."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows if "us" in r))
+    for name in kernels:
+        pts = sorted((r["S"], r["us"]) for r in rows if r.get("kernel") == name and "us" in r)
+        ax.plot([s for s, _ in pts], [u for _, u in pts], marker="o", label=name)
+    if memory:
+        fit = [m["S"] for m in memory if m["fits_l2"]]
+        over = [m["S"] for m in memory if not m["fits_l2"]]
+        if fit and over:
+            ax.axvspan(max(fit), min(over), color="orange", alpha=0.15,
+                       label=f"fp32 scores outgrow L2 ({memory[0]['l2_bytes'] / 2**20:.0f} MiB)")
+    for x in crossings(rows):
+        ax.axvline(x, color="red", ls="--", lw=1)
+        ax.annotate(f"crossover S≈{x:.0f}", (x, ax.get_ylim()[1]), fontsize=7, color="red", ha="left", va="top")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length S (B=1, H=16, D=64)")
+    ax.set_ylabel("time per call, µs (L2 flushed)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return ax
+
+
+# --------------------------------------------------------------------------------------- main ---
+def check_reference(sets=("seed", "small", "odd"), *, large_logits=True) -> list[dict]:
+    """check_output of the reference (the chapter's solution) per shape, causal and not."""
+    import torch
+
+    from ..check import check_output
+    from ..problems import shape_set
+    from . import k05_three_kernel as ref
+    probs = [p.replace(causal=c) for s in sets for p in shape_set(s) for c in (False, True)]
+    if large_logits:
+        probs += [SEED.replace(qk_std=6.0), SEED.replace(qk_std=6.0, causal=True), Problem(2, 3, 113, 128, qk_std=6.0)]
+    rows = []
+    for p in probs:
+        try:
+            q, k, v = p.inputs(1, "cuda")
+            out = ref.attention(q, k, v, causal=p.causal)
+            torch.cuda.synchronize()
+            r = check_output(p, q, k, v, out, seed=1)
+            rows.append({"problem": p.name, "ok": r.ok, "err_over_bound": r.err / r.bound if r.bound else None,
+                         "message": r.message})
+        except Exception as e:
+            rows.append({"problem": p.name, "ok": False, "message": f"{type(e).__name__}: {str(e)[:200]}"})
+        log(f"  {'ok  ' if rows[-1]['ok'] else 'FAIL'} {p.name}" + ("" if rows[-1]["ok"] else f": {rows[-1]['message']}"))
+    return rows
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out_dir = Path(argv[0] if argv else "results/ch05")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    from .. import bench
+    from ..env import describe, describe_line
+    results: dict = {"env": describe()}
+    t_start = time.perf_counter()
+
+    def save():
+        results["wall_s"] = time.perf_counter() - t_start
+        (out_dir / "bench05.json").write_text(json.dumps(results, indent=1, default=str))
+
+    def step(name, fn):
+        log(f"\n== {name}  ({time.perf_counter() - t_start:.0f} s)")
+        try:
+            return fn()
+        except Exception as e:
+            log(f"!! {name} failed: {type(e).__name__}: {e}")
+            traceback.print_exc()
+            results.setdefault("failures", []).append({"step": name, "error": f"{type(e).__name__}: {e}"})
+        finally:
+            save()
+
+    log(describe_line())
+    props = torch.cuda.get_device_properties(0)
+    results["device"] = {"name": props.name, "sm_count": props.multi_processor_count,
+                         "l2_bytes": props.L2_cache_size, "memory_bytes": props.total_memory}
+    log(f"{props.name}: {props.multi_processor_count} SMs, L2 {props.L2_cache_size / 2**20:.0f} MiB")
+    from ..roofline import datasheet_peaks, measure_peaks
+    peaks = step("measure this GPU's copy bandwidth and matmul rate", measure_peaks) or datasheet_peaks(props.name)
+    if peaks is not None:
+        results["peaks"] = {"hbm_tbs": peaks.hbm_tbs, "tensor_tflops": peaks.tensor_tflops, "source": peaks.source}
+        log(f"{peaks.source}: copy {peaks.hbm_tbs:.2f} TB/s, fp16 matmul {peaks.tensor_tflops:.0f} TFLOP/s")
+
+    lib = step("build the sweep (one parallel nvcc run)", lambda: build())
+    if lib is not None:
+        results["build"] = {"seconds": lib.report.seconds, "cached": lib.report.cached, "path": lib.path,
+                            "configs": [c.name for c in lib.configs], "warnings": lib.report.warnings,
+                            "c7510": lib.report.c7510()}
+        for name, ws in lib.report.warnings.items():
+            log(f"  {name}: " + ("; ".join(ws) if ws else "no warnings"))
+
+    from . import k05_three_kernel as ref
+    step("reference GEMMs (found in the sweep's library)", lambda: ref.build(verbose=True))
+    results["reference_configs"] = {D: [c.name for c in ref.gemm_configs(D)] for D in (64, 128)}
+    results["checks"] = step("correctness of the reference (= the solution)", check_reference)
+
+    if lib is not None:
+        def gemms():
+            rows = time_gemms(lib)
+            log(gemm_table(rows))
+            return rows
+        results["gemms"] = step("each GEMM against cuBLAS (torch.bmm)", gemms)
+
+        def pipeline():
+            steps = pipeline_steps(lib, D=64)
+            rows = bench.steps_table(steps, [SEED, SEED.replace(causal=True)], reps=30, progress=False, peaks=peaks)
+            log(bench.markdown(rows, columns=("median", "spread", "vs SDPA")))
+            timed = [r for r in rows if "median_us" in r and r["problem"] == SEED.name and r["step"] != "SDPA"]
+            for kind in ("QK", "PV"):
+                mine = [r for r in timed if r["step"].startswith(kind)]
+                if mine:
+                    b = min(mine, key=lambda r: r["median_us"])
+                    log(f"  fastest {kind} at the seed shape: {b['step']} ({b['median_us']:.1f} µs)")
+            log("  the solution's gemm_configs(64): " + ", ".join(c.short() for c in ref.gemm_configs(64)))
+            return rows
+        results["pipeline"] = step("the pipeline per configuration at the seed shape", pipeline)
+
+    def versus():
+        steps = {"3-kernel (reference)": "flashtutor.kernels.k05_three_kernel",
+                 "ch4 Triton (Hopper)": "flashtutor.kernels.k04_triton_fa2_hopper",
+                 "SDPA FlashAttention-2 backend": sdpa_flash}
+        fa3 = fa3_step()
+        if fa3:
+            steps["FlashAttention-3"] = fa3
+        probs = [SEED, SEED.replace(causal=True), Problem(1, 16, 1024, 128)] + bench.problems("small")
+
+        def skip(name, p):   # chapter 4's autotuner compiles per shape bucket: keep it to the seed shapes
+            return "seed shapes only" if name == "ch4 Triton (Hopper)" and p.S != 1024 else None
+        rows = bench.steps_table(steps, probs, reps=30, progress=False, skip=skip, peaks=peaks)
+        log(bench.markdown(rows, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")))
+        return rows
+    results["versus"] = step("reference vs SDPA, chapter 4 and FlashAttention", versus)
+
+    def extras():
+        from ..timing import compare, graph_times, pinned_sdpa
+        q, k, v = SEED.inputs(0, "cuda")
+        _, sdpa = pinned_sdpa(q, k, v)
+        fns = {"3-kernel": lambda: ref.attention(q, k, v), "SDPA": sdpa}
+        graph = {n: graph_times(f).median_us for n, f in fns.items()}
+        hot = {n: s.median_us for n, s in compare(fns, reps=50, flush_l2=False).items()}
+        return {"graph": graph, "hot": hot}
+    ex = step("seed shape: graph-replayed and warm-L2 times", extras) or {}
+    results["seed_extras"] = ex
+    if results.get("versus"):
+        claims = seed_claims(results["versus"], ex.get("graph"), ex.get("hot"))
+        results["seed_claims"] = claims
+        log("\nThe seed report's claims at B=1 H=16 S=1024 D=64:")
+        for c in claims:
+            verdict = "" if c["holds"] is None else ("HOLDS" if c["holds"] else "does NOT hold")
+            log(f"  {c['claim']}: {c['measured']} {verdict}")
+
+    results["memory"] = step("score-matrix bytes vs L2", lambda: memory_rows())
+    for m in results.get("memory") or []:
+        log(f"  S={m['S']:>5}: fp32 scores {m['score_bytes'] / 2**20:8.0f} MiB  "
+            f"{'fits in' if m['fits_l2'] else 'exceeds'} L2; S² traffic {100 * m['s2_share']:.0f}% of the pipeline's bytes")
+    results["crossover"] = step("crossover series over S", lambda: crossover())
+    if results.get("crossover"):
+        results["crossings"] = {b: crossings(results["crossover"], b=b) for b in ("SDPA", "ch4 Triton (Hopper)")}
+        log(f"  crossings (S where the 3-kernel and the other swap order): {results['crossings']}")
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            ax = plot_crossover(results["crossover"], results.get("memory"), title=describe_line())
+            ax.figure.savefig(out_dir / "crossover05.png", bbox_inches="tight")
+        except Exception as e:
+            log(f"  (plot failed: {e})")
+    save()
+    log(f"\nwrote {out_dir / 'bench05.json'} in {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
