@@ -114,3 +114,16 @@ def chapters_enabled(rows) -> list[tuple[str, str]]:
     out.append(("05 CUTLASS (sm_90a)", "grade" if cut and hopper else ("compile only" if cut else "unavailable")))
     out.append(("06 batching / CUDA graphs", "grade" if gpu else "unavailable"))
     return out
+
+
+def in_notebook_without_widgets() -> bool:
+    """In a Jupyter kernel where rich cannot draw a live progress bar (it needs ipywidgets there)."""
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except ImportError:
+        return False
+    if shell is None or "IPKernelApp" not in shell.config:
+        return False
+    import importlib.util
+    return importlib.util.find_spec("ipywidgets") is None   # rich draws in a notebook through ipywidgets

@@ -143,6 +143,9 @@ def grade_setup(setup: dict) -> dict:
     if callable(build):   # compile the library GEMMs now, under the setup timeout, not in the first check
         try:
             build(verbose=False)
+        except NotImplementedError as e:     # the exercise's TODO (gemm_configs) is not written yet
+            where = _where(e, files)
+            raise Verdict("not implemented", f"{e}" + (f" (at {where})" if where else "")) from None
         except Exception as e:
             where = _where(e, files)
             raise Verdict("compile error", f"building the CUTLASS GEMMs of {path.name} failed: "
@@ -485,24 +488,13 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     return report
 
 
-def _in_notebook_without_widgets() -> bool:
-    try:
-        from IPython import get_ipython
-        shell = get_ipython()
-    except ImportError:
-        return False
-    if shell is None or "IPKernelApp" not in shell.config:
-        return False
-    import importlib.util
-    return importlib.util.find_spec("ipywidgets") is None   # rich draws in a notebook through ipywidgets
-
-
 class _Progress:
     """A rich progress bar on stderr (a terminal or a notebook), or nothing if rich is missing."""
 
     def __init__(self, total: int, label: str):
         self.p = None
-        if _in_notebook_without_widgets():   # rich would only warn there, and draw nothing
+        from .env import in_notebook_without_widgets
+        if in_notebook_without_widgets():   # rich would only warn there, and draw nothing
             return
         try:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -540,8 +540,9 @@ class _BuildProgress:
     def __init__(self, total: int, stream):
         self.stream, self.total, self.t0, self.p = stream, total, time.perf_counter(), None
         try:
+            from ..env import in_notebook_without_widgets
             live = "ipykernel" in sys.modules or bool(getattr(stream, "isatty", lambda: False)())
-            if not live:
+            if not live or in_notebook_without_widgets():
                 raise RuntimeError("a log file: plain lines read better than a redrawn bar")
             from rich.console import Console
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
