@@ -128,6 +128,8 @@ SHAPE_SETS: dict[str, tuple[Problem, ...]] = {
     "seed": _set(Problem(1, 16, 1024, 64)),
     # Many short sequences: the regime where launch overhead and memory dominate.
     "small": _set(*(Problem(B, 16, S, 64) for S in (128, 256, 512) for B in (8, 16, 32))),
+    # The shortest sequences of the small set: a few µs of work, where launches and latency decide.
+    "short": _set(*(Problem(B, 16, 128, 64) for B in (8, 16, 32))),
     # Long sequences, both head dims: compute-bound.
     "large": _set(Problem(4, 32, 4096, 64), Problem(4, 32, 4096, 128),
                   Problem(2, 32, 8192, 64), Problem(2, 32, 8192, 128)),

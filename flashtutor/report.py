@@ -131,9 +131,12 @@ class Report:
             self.verdict = "pass"
             self.summary = f"correct on all {len(self.checks)} cases"
             if self.timings:
-                rs = [t["ratio"] for t in self.timings if "ratio" in t]
-                self.summary += (f"; {min(rs):.2f}–{max(rs):.2f}× SDPA's time" if len(rs) > 1
-                                 else f"; {rs[0]:.2f}× SDPA's time")
+                key, what = (("graph_ratio", "SDPA's graph-replayed time") if speed.basis == "graph"
+                             else ("ratio", "SDPA's time"))
+                rs = [t[key] for t in self.timings if key in t]
+                if rs:
+                    self.summary += (f"; {min(rs):.2f}–{max(rs):.2f}× {what}" if len(rs) > 1
+                                     else f"; {rs[0]:.2f}× {what}")
         self._describe(tasks, speed)
 
     def _describe(self, tasks, speed):

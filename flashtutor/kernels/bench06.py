@@ -1,0 +1,519 @@
+"""Chapter 6's measurements in one GPU run: ``python -m flashtutor.kernels.bench06 OUT_DIR``.
+
+1. correctness of ``k06_multihead``, ``k06_split_kv`` (heuristic and forced splits) and the solution on
+   the seed, small and odd shape sets, causal and not (``flashtutor.check.check_output``);
+2. what a call costs (``launch_cost.measure``) -> ``OUT_DIR/launch06.json``;
+3. µs per sequence over S ∈ {128, 256, 512} × B ∈ {8, 16, 32} (H = 16, D = 64) and B = 1, H = 16,
+   S ∈ {1024, 4096, 16384}, for SDPA (pinned), chapter 4's kernels, the multi-head kernel, split-KV and
+   the solution: event-timed (L2 flushed), graph-replayed (L2 flushed) and graph-replayed with a warm
+   L2, next to the HBM floor (bytes of Q, K, V, O over the measured copy bandwidth), the FLOP floor and
+   an L2 "floor" (the same bytes over a measured L2-resident copy) -> ``OUT_DIR/bench06.json``;
+4. a configuration sweep of the multi-head kernel at S=128 B=32 and S=512 B=32, and of the split at
+   B=1 S=1024 (graph-replayed, L2 flushed), printed best first -> ``OUT_DIR/sweep06.json``;
+5. the grader on the solution (correctness, static scan and the profiled call: the graph replay must
+   show the chapter's own kernels on the caller's stream), without timing.
+
+Each part runs in its own try/except and prints as it goes; ``--budget-s`` skips parts that would
+start after that many seconds. ``--dry`` runs the same code on tiny shapes through Triton's
+interpreter on the CPU (no timing is meaningful there): it tests this script, not the GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+STEP_MODULES = {
+    "ch4 teaching": "flashtutor.kernels.k04_triton_fa2",
+    "ch4 tuned": "flashtutor.kernels.k04_triton_fa2_hopper",
+    "multihead": "flashtutor.kernels.k06_multihead",
+    "split-KV": "flashtutor.kernels.k06_split_kv",
+    "solution": "solution",          # solutions/06_batching/attention.py: the graph-captured call
+}
+
+
+def grid_problems(dry: bool = False):
+    """The seeds' grid (S × B at H=16, D=64), then one sequence of 16 heads at growing S."""
+    from ..problems import Problem
+    if dry:
+        return [Problem(2, 2, 16, 64)]
+    return [Problem(B, 16, S, 64) for S in (128, 256, 512) for B in (8, 16, 32)] + \
+        [Problem(1, 16, S, 64) for S in (1024, 4096, 16384)]
+
+
+def _module(name: str):
+    import importlib
+    if name == "solution":
+        from . import k06_multihead
+        return k06_multihead.solution
+    return importlib.import_module(name)
+
+
+def _sync():
+    import torch
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# ---- 1. correctness -------------------------------------------------------------------------------
+def check_all(sets=("seed", "small", "odd"), *, device="cuda", log=print) -> list[dict]:
+    import torch
+
+    from ..check import check_output
+    from ..problems import SHAPE_SETS, reference, sdpa
+    from . import k06_split_kv
+    mods = {n: _module(STEP_MODULES[n]) for n in ("multihead", "split-KV", "solution")}
+    fns = {n: m.attention for n, m in mods.items()}
+    fns["split-KV n=2"] = lambda q, k, v, causal: k06_split_kv.launch(q, k, v, causal=causal, n_split=2)
+    fns["split-KV n=5"] = lambda q, k, v, causal: k06_split_kv.launch(q, k, v, causal=causal, n_split=5)
+    res = []
+    for set_name in sets:
+        for p0 in SHAPE_SETS[set_name]:
+            for c in (False, True):
+                p = p0.replace(causal=c)
+                q, k, v = p.inputs(len(res), device)
+                ref = reference(q, k, v, causal=c)
+                sd = sdpa(q, k, v, causal=c)
+                for name, fn in fns.items():
+                    try:
+                        out = fn(q, k, v, causal=c)
+                        _sync()
+                        r = check_output(p, q, k, v, out, ref=ref, sdpa_out=sd)
+                        res.append({"kernel": name, "problem": p.name, "ok": r.ok, "err": r.err, "bound": r.bound,
+                                    "message": r.message[:200]})
+                    except Exception as e:
+                        res.append({"kernel": name, "problem": p.name, "ok": False,
+                                    "message": f"{type(e).__name__}: {e}"[:300]})
+                del ref, sd, q, k, v
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+    bad = [r for r in res if not r["ok"]]
+    log(f"correctness: {len(res) - len(bad)}/{len(res)} pass" + "".join(f"\n  FAIL {r}" for r in bad))
+    return res
+
+
+# ---- 3. the µs-per-sequence table ------------------------------------------------------------------
+def l2_copy_tbs(nbytes: int = 8 << 20, calls: int = 50) -> float:
+    """Bandwidth of a device copy whose source and destination (2 × ``nbytes``) stay in L2: read +
+    written bytes per second of a graph of ``calls`` copies, L2 warm. An L2-resident problem cannot go
+    faster than its bytes at this rate."""
+    import torch
+
+    from ..timing import graph_times
+    src = torch.empty(nbytes // 2, dtype=torch.float16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    st = graph_times(lambda: dst.copy_(src), calls=calls, reps=20, flush_l2=False)
+    return 2 * nbytes / (st.median_us * 1e-6) / 1e12
+
+
+def _dry_stats(fn, reps=1):
+    from ..timing import Stats
+    xs = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        xs.append((time.perf_counter() - t0) * 1e6)
+    return Stats.of(xs)
+
+
+def table_rows(problems, *, peaks, l2_tbs=None, reps: int = 30, dry: bool = False, log=print) -> list[dict]:
+    """One row per (problem, step) with event, graph (cold) and graph (warm) times, host µs per call,
+    floors and µs per sequence."""
+    import torch
+
+    from ..problems import sdpa
+    from ..timing import compare, graph_times, pinned_sdpa
+    from .launch_cost import host_us
+
+    device = "cpu" if dry else "cuda"
+    mods = {name: _module(m) for name, m in STEP_MODULES.items()}
+    rows = []
+    for p in problems:
+        t_p = time.perf_counter()
+        q, k, v = p.inputs(0, device)
+        want = sdpa(q, k, v, causal=p.causal).float()
+        if dry:
+            backend, sdpa_fn = "cpu", (lambda: sdpa(q, k, v, causal=p.causal))
+        else:
+            backend, sdpa_fn = pinned_sdpa(q, k, v, causal=p.causal)
+        fns, errors = {}, {}
+        for name, mod in mods.items():
+            fn = (lambda m=mod: m.attention(q, k, v, causal=p.causal))
+            try:
+                out = fn()
+                _sync()
+                diff = (out.float() - want).abs().max().item()
+                if not diff < 2e-2:
+                    errors[name] = f"wrong: max |out - SDPA| = {diff:.3g}"
+                    continue
+                fns[name] = fn
+            except Exception as e:
+                errors[name] = f"{type(e).__name__}: {str(e)[:160]}"
+                _sync()
+        fns["SDPA"] = sdpa_fn
+        big = p.S >= 4096
+        if dry:
+            ev = {n: _dry_stats(f) for n, f in fns.items()}
+        else:
+            ev = compare(fns, reps=max(10, reps // 2) if big else reps, max_seconds=10.0)
+        floor = peaks.floor_us(p)
+        l2_floor = p.min_bytes / (l2_tbs * 1e12) * 1e6 if l2_tbs else math.nan
+        gk = dict(calls=5, reps=10) if big else {}
+        for name in list(mods) + ["SDPA"]:
+            row = {"problem": p.name, "problem_dict": p.to_dict(), "B": p.B, "H": p.H, "S": p.S, "D": p.D,
+                   "step": name, "backend": backend if name == "SDPA" else None,
+                   "floor": floor, "l2_floor_us": l2_floor}
+            if name in errors:
+                row["error"] = errors[name]
+                rows.append(row)
+                continue
+            f = fns[name]
+            row["event"] = ev[name].to_dict()
+            for key, flush in (("graph", True), ("graph_warm", False)):
+                try:
+                    st = _dry_stats(f) if dry else graph_times(f, flush_l2=flush, **gk)
+                    row[key] = st.to_dict()
+                except Exception as e:   # e.g. a launcher that cannot be captured
+                    row[key] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
+            try:
+                n_host = 2 if dry else 20 if big else 200
+                row["host_us"] = host_us(f, n=n_host, warmup=1 if dry else 3, n_sync=max(1, n_host // 10),
+                                         sync=_sync)["issue_us"]
+            except Exception as e:
+                row["host_error"] = str(e)[:160]
+            for key in ("event", "graph", "graph_warm"):
+                if "median_us" in row.get(key, {}):
+                    row[key].pop("samples_us", None)
+                    row[f"{key}_us_per_seq"] = row[key]["median_us"] / p.B
+            rows.append(row)
+        _ratios(rows, p.name)
+        log(f"{p.name}: {time.perf_counter() - t_p:.1f} s")
+        for r in rows:
+            if r["problem"] == p.name:
+                log("  " + format_row(r))
+        fns = q = k = v = want = None                 # free this shape's tensors before the next
+        if not dry:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _ratios(rows, problem):
+    """Per row of ``problem``: time / SDPA's time on each basis, and the HBM floor / time."""
+    mine = [r for r in rows if r["problem"] == problem]
+    sd = next((r for r in mine if r["step"] == "SDPA"), None)
+    for r in mine:
+        for key in ("event", "graph", "graph_warm"):
+            t = r.get(key, {}).get("median_us")
+            s = (sd or {}).get(key, {}).get("median_us")
+            if t and s:
+                r[f"{key}_vs_sdpa"] = t / s
+            if t:
+                r[f"{key}_over_hbm_floor"] = t / r["floor"]["memory_us"]
+
+
+def _num(x, w=8, d=1):
+    return f"{x:{w}.{d}f}" if isinstance(x, (int, float)) and x == x else f"{'—':>{w}}"
+
+
+def format_row(r) -> str:
+    if "error" in r:
+        return f"{r['step']:<13} {r['error']}"
+    g = r.get("graph", {})
+    return (f"{r['step']:<13} events {_num(r['event']['median_us'])} µs  graph {_num(g.get('median_us'))} µs  "
+            f"warm {_num(r.get('graph_warm', {}).get('median_us'))} µs  per seq {_num(r.get('graph_us_per_seq'), 7, 2)} µs"
+            f"  vs SDPA {_num(r.get('graph_vs_sdpa'), 5, 2)}×  /HBM floor {_num(r.get('graph_over_hbm_floor'), 5, 2)}×"
+            f"  host {_num(r.get('host_us'))} µs/call")
+
+
+def per_seq_table(rows, key="graph") -> str:
+    """µs per sequence on one basis ("event", "graph", "graph_warm"): a line per shape, a column per
+    step, then the shape's HBM and FLOP floors per sequence."""
+    steps = list(dict.fromkeys(r["step"] for r in rows))
+    probs = list(dict.fromkeys(r["problem"] for r in rows))
+    head = f"{'shape':<20}" + "".join(f"{s:>14}" for s in steps) + f"{'HBM floor':>11}{'FLOP floor':>11}"
+    lines = [head, "-" * len(head)]
+    for pn in probs:
+        mine = {r["step"]: r for r in rows if r["problem"] == pn}
+        any_r = next(iter(mine.values()))
+        B = any_r["B"]
+        cells = [_num(mine[s].get(f"{key}_us_per_seq"), 14, 2) if s in mine else f"{'':>14}" for s in steps]
+        lines.append(f"{pn:<20}" + "".join(cells) + _num(any_r["floor"]["memory_us"] / B, 11, 2)
+                     + _num(any_r["floor"]["compute_us"] / B, 11, 2))
+    return "\n".join(lines)
+
+
+def claims(rows, launch_rows=None) -> list[str]:
+    """The seeds' claims and the chapter's targets, judged from the rows (a line each)."""
+    out = []
+    by = {(r["problem"], r["step"]): r for r in rows}
+
+    def t(problem, step, key="graph"):
+        return by.get((problem, step), {}).get(key, {}).get("median_us")
+
+    if launch_rows:
+        eager = next((r for r in launch_rows if r["group"] == "PyTorch"), {})
+        tri = next((r for r in launch_rows if r["group"] == "Triton" and r["n_args"] == 1), {})
+        node = [r.get("graph_node_us") for r in launch_rows if r.get("graph_node_us")]
+        out.append(f"'launch overhead ~11 µs': an eager PyTorch op completes every {_num(eager.get('done_us'), 0)} µs "
+                   f"in a stream of calls (host issue {_num(eager.get('issue_us'), 0)} µs), a Triton launch "
+                   f"{_num(tri.get('done_us'), 0)} µs, a graph node {_num(min(node) if node else None, 0, 2)}–"
+                   f"{_num(max(node) if node else None, 0, 2)} µs of GPU time")
+    grid = [r for r in rows if r["B"] > 1 and "graph_us_per_seq" in r]
+    for step in dict.fromkeys(r["step"] for r in grid):
+        mine = [r for r in grid if r["step"] == step]
+        under = [r["problem"] for r in mine if r["graph_us_per_seq"] < 5.0]
+        best = min(mine, key=lambda r: r["graph_us_per_seq"])
+        out.append(f"'< 5 µs per sequence' ({step}, graph-replayed, L2 flushed): {len(under)} of {len(mine)} grid "
+                   f"shapes; best {best['graph_us_per_seq']:.2f} µs/seq at {best['problem']}")
+    target = "B32 H16 S128 D64"
+    sd, sol = t(target, "SDPA"), t(target, "solution")
+    floor = next((r["floor"]["memory_us"] for r in rows if r["problem"] == target), None)
+    if sd and floor:
+        out.append(f"'5× faster than SDPA' at {target}: the HBM floor is {floor / sd:.0%} of SDPA's graph-replayed "
+                   f"time, so with a cold L2 no kernel can be more than {sd / floor:.2f}× faster")
+        sdw = t(target, "SDPA", "graph_warm")
+        best_w = min((r for r in rows if r["problem"] == target and r.get("graph_warm", {}).get("median_us")),
+                     key=lambda r: r["graph_warm"]["median_us"], default=None)
+        if sdw and best_w:
+            out.append(f"  with the inputs already in L2: SDPA {sdw:.1f} µs, fastest {best_w['step']} "
+                       f"{best_w['graph_warm']['median_us']:.1f} µs ({sdw / best_w['graph_warm']['median_us']:.2f}× faster); "
+                       f"L2 floor {_num(best_w.get('l2_floor_us'), 0, 2)} µs")
+    if sol and floor and sd:
+        out.append(f"target at {target}: solution {sol:.2f} µs = {sol / floor:.2f}× the HBM floor "
+                   f"({'met' if sol <= 1.15 * floor else 'MISSED'}: ≤ 1.15×), SDPA {sd:.2f} µs "
+                   f"({'faster' if sol < sd else 'NOT faster'})")
+    seed = "B1 H16 S1024 D64"
+    sd, sol = t(seed, "SDPA"), t(seed, "solution")
+    if sd and sol:
+        out.append(f"target at {seed}: solution {sol:.2f} µs vs SDPA {sd:.2f} µs graph-replayed "
+                   f"({'faster' if sol < sd else 'NOT faster'}, {sd / sol:.2f}×)")
+    return out
+
+
+def plot_per_seq(rows, key="graph", title=""):
+    """µs per sequence against B, one panel per S of the grid: every step, and the HBM floor."""
+    import matplotlib.pyplot as plt
+
+    grid = [r for r in rows if r["B"] > 1]
+    Ss = sorted({r["S"] for r in grid})
+    steps = list(dict.fromkeys(r["step"] for r in grid))
+    fig, axes = plt.subplots(1, len(Ss), figsize=(4.2 * len(Ss), 3.4), dpi=110, squeeze=False)
+    for ax, S in zip(axes[0], Ss):
+        mine = [r for r in grid if r["S"] == S]
+        Bs = sorted({r["B"] for r in mine})
+        for step in steps:
+            pts = [(r["B"], r.get(f"{key}_us_per_seq")) for r in mine if r["step"] == step]
+            pts = [(b, y) for b, y in sorted(pts) if y]
+            if pts:
+                ax.plot([b for b, _ in pts], [y for _, y in pts], "o-", label=step,
+                        lw=2.2 if step in ("solution", "SDPA") else 1.0)
+        floor = sorted((r["B"], r["floor"]["memory_us"] / r["B"]) for r in mine if r["step"] == "SDPA")
+        ax.plot([b for b, _ in floor], [y for _, y in floor], "k--", lw=1, label="HBM floor")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(Bs, [str(b) for b in Bs])
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"S = {S}", fontsize=9)
+        ax.set_xlabel("B (sequences per call)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("µs per sequence")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---- 4. sweeps ----------------------------------------------------------------------------------------
+def split_configs():
+    from .k06_multihead import Config
+    return [(Config(bm, bn, w, s), ns) for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for s in (2, 3)
+            for ns in (1, 2, 3, 4, 6, 8)]
+
+
+def split_sweep(problem, *, timer, log=print) -> list[dict]:
+    import torch
+
+    from ..problems import sdpa
+    from . import k06_split_kv
+    q, k, v = problem.inputs(0, "cuda")
+    want = sdpa(q, k, v, causal=problem.causal).float()
+    rows = []
+    for cfg, ns in split_configs():
+        kw = dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                  per_sm=0, per_prog=1, n_split=ns)
+        row = {"label": f"{cfg.BLOCK_M}×{cfg.BLOCK_N} w{cfg.num_warps} s{cfg.num_stages} split {ns}", **kw,
+               "us": float("nan"), "ok": False, "error": ""}
+        try:
+            out = k06_split_kv.launch(q, k, v, causal=problem.causal, **kw)
+            row["ok"] = bool(torch.isfinite(out).all()) and (out.float() - want).abs().max().item() < 2e-2
+            row["n_split_used"] = k06_split_kv.plan(q, problem.causal, ns, cfg).args[4]
+            if row["ok"]:
+                row["us"] = timer(lambda: k06_split_kv.launch(q, k, v, causal=problem.causal, **kw)).median_us
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        rows.append(row)
+    return sorted(rows, key=lambda r: (not r["ok"], r["us"] if r["us"] == r["us"] else float("inf")))
+
+
+def print_sweep(rows, title, current=None, n=12, log=print):
+    log(title)
+    for i, r in enumerate(rows[:n]):
+        log(f"  {i + 1:>3}. {r['label']:<40} {r['us']:8.2f} µs")
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        log(f"  {len(bad)} configurations failed, e.g. {bad[0]['label']}: {bad[0]['error'] or 'wrong output'}")
+    if current is not None:
+        rank = next((i for i, r in enumerate(rows) if r["label"] == current), None)
+        if rank is not None:
+            log(f"  the table's configuration ({current}): rank {rank + 1} of {len(rows)}, {rows[rank]['us']:.2f} µs")
+
+
+# ---- main ---------------------------------------------------------------------------------------------
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", help="folder for the JSON results")
+    ap.add_argument("--budget-s", type=float, default=280.0, help="skip parts that would start after this")
+    ap.add_argument("--dry", action="store_true", help="tiny shapes through the interpreter (tests the script)")
+    ap.add_argument("--parts", default="1,2,3,4,5", help="which parts to run, e.g. 3,4")
+    a = ap.parse_args(argv)
+    if a.dry:
+        os.environ["TRITON_INTERPRET"] = "1"
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts = {int(x) for x in a.parts.split(",") if x}
+    t0 = time.perf_counter()
+
+    def log(msg=""):
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    def part(n, title):
+        if n not in parts:
+            return False
+        if time.perf_counter() - t0 > a.budget_s:
+            log(f"== part {n} ({title}) skipped: past the {a.budget_s:.0f} s budget")
+            return False
+        log(f"== part {n}: {title}")
+        return True
+
+    import torch
+
+    from .. import bench
+    from ..env import describe_line
+    from ..roofline import datasheet_peaks, measure_peaks
+    log(describe_line())
+    device = "cpu" if a.dry else "cuda"
+    peaks = None
+    try:
+        peaks = measure_peaks() if not a.dry else datasheet_peaks("H200")
+        log(f"peaks: {peaks.name} ({peaks.source}): copy {peaks.hbm_tbs:.2f} TB/s, fp16 matmul {peaks.tensor_tflops:.0f} TFLOP/s")
+    except Exception as e:
+        peaks = datasheet_peaks(torch.cuda.get_device_name() if torch.cuda.is_available() else "H200")
+        log(f"measure_peaks failed ({e}); datasheet peaks {peaks}")
+    extra: dict = {"peaks": peaks.__dict__ if peaks else None}
+
+    if part(1, "correctness"):
+        try:
+            sets = ("cpu",) if a.dry else ("seed", "small", "odd")
+            extra["checks"] = check_all(sets, device=device, log=log)
+        except Exception:
+            log(traceback.format_exc())
+
+    launch_rows = None
+    if part(2, "what a call costs"):
+        try:
+            from . import launch_cost
+            if a.dry:
+                calls = {"python no-op": ("PyTorch", 0, lambda: None, False)}
+                launch_rows = launch_cost.measure(calls, n=100, gpu=False, sync=lambda: None)
+            else:
+                launch_rows = launch_cost.measure(log=log)
+            print(launch_cost.table(launch_rows), flush=True)
+            bench.save(launch_rows, out_dir / "launch06.json")
+        except Exception:
+            log(traceback.format_exc())
+
+    rows = []
+    if part(3, "µs per sequence: events, graph (cold L2), graph (warm L2)"):
+        try:
+            l2 = None
+            if not a.dry:
+                try:
+                    l2 = l2_copy_tbs()
+                    log(f"L2-resident copy: {l2:.2f} TB/s (read + written)")
+                except Exception as e:
+                    log(f"L2 copy bandwidth not measured: {e}")
+            extra["l2_copy_tbs"] = l2
+            rows = table_rows(grid_problems(a.dry), peaks=peaks, l2_tbs=l2, dry=a.dry, log=log)
+            for key, what in (("event", "CUDA events, L2 flushed"), ("graph", "graph-replayed, L2 flushed"),
+                              ("graph_warm", "graph-replayed, L2 warm")):
+                print(f"\nµs per sequence — {what}\n" + per_seq_table(rows, key), flush=True)
+            print("\n" + "\n".join(claims(rows, launch_rows)), flush=True)
+            bench.save(rows, out_dir / "bench06.json", **extra)
+        except Exception:
+            log(traceback.format_exc())
+            if rows:
+                bench.save(rows, out_dir / "bench06.json", **extra)
+
+    if part(4, "configuration sweeps (graph-replayed, L2 flushed)"):
+        sweeps = {}
+        try:
+            from ..problems import Problem
+            from ..timing import graph_times
+            from . import k06_multihead as mh
+            from .sweep04 import precompile
+            timer = _dry_stats if a.dry else graph_times
+            if a.dry:
+                targets = [Problem(2, 2, 32, 64)]
+                cfgs = [mh.Config(16, 16, 4, 1), mh.Config(16, 32, 4, 1, per_sm=1), mh.Config(32, 16, 4, 1, per_prog=2)]
+            else:
+                targets = [Problem(32, 16, 128, 64), Problem(32, 16, 512, 64)]
+                cfgs = mh.sweep_configs()
+                jobs, seen = [], set()
+                for p in targets:
+                    for c in cfgs:
+                        kk = (p.S <= c.BLOCK_N, c.BLOCK_M, c.BLOCK_N, c.num_warps, c.num_stages, c.tma)
+                        if kk not in seen:
+                            seen.add(kk)
+                            jobs.append(("flashtutor.kernels.k06_multihead", p.shape, p.causal,
+                                         dict(BLOCK_M=c.BLOCK_M, BLOCK_N=c.BLOCK_N, num_warps=c.num_warps,
+                                              num_stages=c.num_stages, tma=c.tma)))
+                pc = precompile(jobs)
+                log(f"precompiled {len(jobs)} configurations in {pc['wall_s']:.0f} s on {pc['workers']} workers")
+            for p in targets:
+                current = mh.config_for(p.B * p.H, p.S, p.D, torch.device(device))   # the table's (may use TMA)
+                rows_s = mh.sweep(p, cfgs if current in cfgs else cfgs + [current], timer=timer)
+                sweeps[p.name] = rows_s
+                print_sweep(rows_s, f"multihead sweep at {p.name} (graph-replayed, L2 flushed), best first:",
+                            current=mh.label(current), log=log)
+            if not a.dry:
+                p = Problem(1, 16, 1024, 64)
+                rows_s = split_sweep(p, timer=timer, log=log)
+                sweeps[p.name + " split"] = rows_s
+                print_sweep(rows_s, f"split-KV sweep at {p.name} (graph-replayed, L2 flushed), best first:", log=log)
+            (out_dir / "sweep06.json").write_text(json.dumps(sweeps, indent=1, default=str))
+        except Exception:
+            log(traceback.format_exc())
+
+    if part(5, "the grader on the solution (no timing)"):
+        try:
+            from ..grader import grade
+            sets = ("cpu",) if a.dry else ("seed", "odd")
+            r = grade("06", solution=True, timing=False, progress=False, sets=sets, device="cpu" if a.dry else None)
+            log(f"grade 06 --solution ({', '.join(sets)}; no timing): {r.verdict}: {r.summary}")
+            log(f"  profiled call: {r.profile}"[:600])
+            for f in r.failures[:8]:
+                log(f"  {f}")
+            (out_dir / "grade06-solution-notiming.json").write_text(json.dumps(
+                {"verdict": r.verdict, "summary": r.summary, "failures": r.failures, "checks": r.checks,
+                 "profile": r.profile, "static": r.static}, indent=1, default=str))
+        except Exception:
+            log(traceback.format_exc())
+    log("done")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
