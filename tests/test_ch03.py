@@ -121,11 +121,12 @@ def test_bytes_moved_is_the_same_for_every_step():
 
 
 # ---------------------------------------------------------------- the CPU emulation --------------
-# The kernels' own source, compiled for the CPU with g++ (tests/ch03_emu): every CUDA thread a fiber,
-# barriers and shuffles as written, shared memory NaN-filled per block, accumulator fragments in a
-# scrambled layout, cp.async copies landing only at the wait that covers them.
-emu03 = pytest.importorskip("ch03_emu.emu03")
-needs_gxx = pytest.mark.skipif(not emu03.available(), reason="the CUDA emulation needs g++")
+# The kernels' own source, compiled for the CPU with g++ (tests/cuda_emu): every CUDA thread a fiber,
+# barriers and shuffles as written, shared memory NaN-filled per block (poison_shared), accumulator
+# fragments in a scrambled layout (wmma.h), cp.async copies landing only at the wait that covers them
+# (cp_async.h).
+emu = pytest.importorskip("cuda_emu.emu")
+needs_gxx = pytest.mark.skipif(not emu.available(), reason="the CUDA emulation needs g++ with C++20 and _Float16")
 EMU_PROBLEMS = [(2, 3, 1, 64), (2, 3, 113, 64), (1, 2, 70, 128), (1, 1, 200, 128), (1, 1, 130, 64)]
 
 
@@ -141,7 +142,7 @@ def _emulate(step, cu=None, problems=EMU_PROBLEMS, causal=(False, True)):
     launcher, bad = _launcher(step), []
     set_poisoning(True)
     try:
-        with emu03.emulated(launcher, cu or STEPS[step][0]) as em:
+        with emu.emulated(launcher, cu or STEPS[step][0], poison_shared=True) as em:
             for shape in problems:
                 for c in causal:
                     p = Problem(*shape, causal=c)
