@@ -147,6 +147,8 @@ def grade_setup(setup: dict) -> dict:
             where = _where(e, files)
             raise Verdict("not implemented", f"{e}" + (f" (at {where})" if where else "")) from None
         except Exception as e:
+            if type(e).__name__ == "UnsupportedGPU":
+                raise Verdict("unsupported GPU", str(e)) from None
             where = _where(e, files)
             raise Verdict("compile error", f"building the CUTLASS GEMMs of {path.name} failed: "
                           f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")) from None

@@ -323,3 +323,12 @@ def test_pipeline_runs_near_the_speed_of_its_own_traffic():
     t = event_times(lambda: ref.attention(q, k, v), reps=40).median_us
     floor = ref.bytes_moved(p) / (measure_peaks().hbm_tbs * 1e12) * 1e6
     assert t <= 1.5 * floor, f"{t:.1f} µs for {ref.bytes_moved(p) / 1e6:.0f} MB (HBM floor {floor:.1f} µs)"
+
+
+def test_a_gpu_without_sm90a_gets_a_clear_message(monkeypatch):
+    """On an A100 (sm_80) the GEMMs cannot run: building them says so, before any nvcc runs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(cl.UnsupportedGPU, match=r"A100-SXM4-80GB\) is sm_80.*H100 or H200"):
+        cl.build_gemms([cl.GemmConfig("qk", tile=(128, 128, 64), cluster=(1, 1), schedule="coop", epilogue="tma")])

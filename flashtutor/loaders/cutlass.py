@@ -55,6 +55,25 @@ class CutlassError(RuntimeError):
     """CUTLASS headers or nvcc missing, a build that failed, or a GEMM that refused a problem."""
 
 
+class UnsupportedGPU(CutlassError):
+    """The GPU cannot run sm_90a code (wgmma, TMA): chapter 5 needs a Hopper GPU (H100, H200)."""
+
+
+def require_hopper() -> None:
+    """Raise :class:`UnsupportedGPU`, saying what to do instead, when the current GPU is not sm_90.
+
+    Without a GPU nothing is checked: the GEMMs still compile for sm_90a (what CPU CI does)."""
+    import torch
+    if not torch.cuda.is_available():
+        return
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        raise UnsupportedGPU(
+            f"chapter 5's CUTLASS GEMMs use Hopper-only instructions (wgmma, TMA; sm_90a), and this GPU "
+            f"({torch.cuda.get_device_name()}) is sm_{major}{minor}. Read the chapter, compile its code "
+            "without a GPU (`pytest tests/test_ch05.py`), and grade it on an H100 or H200.")
+
+
 # ---------------------------------------------------------------------------------------- setup ---
 def cutlass_source_dir() -> Path:
     """``cutlass_library/source`` of the nvidia-cutlass wheel (found without importing the package)."""
@@ -373,6 +392,7 @@ def build_gemms(configs, *, verbose: bool = True, jobs: int | None = None, sourc
     processes (default: MAX_JOBS, else ninja's default of cores + 2; each CUTLASS unit needs ~1-2 GB
     of memory). ``force`` rebuilds even if the cache has it.
     """
+    require_hopper()
     configs = _dedupe(configs)
     source = Path(source).resolve()
     extra_flags = tuple(extra_flags)
