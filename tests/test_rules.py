@@ -88,3 +88,40 @@ def test_chapters_without_sass_rule_ignore_it(key, tmp_path):
         shutil.copy(ROOT / "solutions/01_naive_cuda" / f, tmp_path / f)
     r = grade(key, tmp_path / "attention.py", device="cpu", progress=False)
     assert r.verdict == "not run", r.failures
+
+
+# ---------------------------------------------------------------- GPU tier: the speed rules on real kernels
+@pytest.mark.gpu
+def test_chapter2_rejects_a_kernel_not_enough_faster_than_chapter1(tmp_path):
+    """Chapter 2's step a (coalesced rows, scores still in global memory) is correct, and a few times
+    faster than chapter 1's reference, far from the 12× the chapter asks: the speed rule rejects it."""
+    shutil.copy(ROOT / "flashtutor/kernels/k02a_coalesced.py", tmp_path / "attention.py")
+    shutil.copy(ROOT / "flashtutor/kernels/k02a_coalesced.cu", tmp_path / "attention.cu")
+    r = grade("02", tmp_path / "attention.py", progress=False, time_sets=("seed",))
+    assert all(c.get("ok") for c in r.checks), r.failures[:2]
+    assert r.verdict == "fail", r.summary
+    assert any("faster than k01_naive_three_pass" in f and "< 12× required" in f for f in r.failures), r.failures
+
+
+HOST_CHECK = '''
+
+_solution_attention = attention
+
+
+def attention(q, k, v, *, causal=False):
+    out = _solution_attention(q, k, v, causal=causal)
+    if not bool(torch.isfinite(out).all()):    # a check on the host: it waits for the GPU at every call
+        raise RuntimeError("non-finite output")
+    return out
+'''
+
+
+@pytest.mark.gpu
+def test_chapter6_rejects_a_call_that_cannot_be_replayed_from_a_graph(tmp_path):
+    """The chapter-6 solution plus a NaN check that reads a result back to the host: correct, but a
+    host synchronisation cannot be captured, and chapter 6 times both sides as graph replays."""
+    (tmp_path / "attention.py").write_text((ROOT / "solutions/06_batching/attention.py").read_text() + HOST_CHECK)
+    r = grade("06", tmp_path / "attention.py", progress=False, time_sets=("seed",))
+    assert all(c.get("ok") for c in r.checks), r.failures[:2]
+    assert r.verdict == "fail", r.summary
+    assert any("could not be replayed from a CUDA graph" in f for f in r.failures), r.failures
