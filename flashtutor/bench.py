@@ -98,6 +98,39 @@ def steps_table(steps: dict, probs, *, reps: int = 30, max_seconds: float = 10.0
     return rows
 
 
+def check_steps(fns: dict, probs, make_inputs: Callable, *, log=print, free_memory: bool = False) -> list[dict]:
+    """Every callable ``attention(q, k, v, *, causal)`` of ``fns`` on every problem, judged by the grader's
+    rule against the high-precision reference; ``make_inputs(problem, i)`` gives the i-th problem's
+    q, k, v (made once per problem and shared by the callables). One record per (callable, problem);
+    a callable that raises gets its message instead. Logs the count and every failure."""
+    import torch
+
+    from .check import check_output
+    from .problems import reference, sdpa
+
+    res = []
+    for i, p in enumerate(probs):
+        q, k, v = make_inputs(p, i)
+        ref = reference(q, k, v, causal=p.causal)
+        sd = sdpa(q, k, v, causal=p.causal)
+        for name, fn in fns.items():
+            try:
+                out = fn(q, k, v, causal=p.causal)
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                r = check_output(p, q, k, v, out, ref=ref, sdpa_out=sd)
+                res.append({"kernel": name, "problem": p.name, "ok": r.ok, "err": r.err, "bound": r.bound,
+                            "message": r.message[:200]})
+            except Exception as e:
+                res.append({"kernel": name, "problem": p.name, "ok": False, "message": f"{type(e).__name__}: {e}"[:300]})
+        del ref, sd, q, k, v
+        if free_memory and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    bad = [r for r in res if not r["ok"]]
+    log(f"correctness: {len(res) - len(bad)}/{len(res)} pass" + "".join(f"\n  FAIL {r}" for r in bad))
+    return res
+
+
 def save(rows: list[dict], path, **extra) -> dict:
     from .env import describe
     doc = {"env": describe(), "rows": rows, **extra}

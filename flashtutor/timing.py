@@ -154,6 +154,24 @@ def event_times(fn: Callable[[], object], *, reps: int = 50, warmup: int = 3,
     return compare({"fn": fn}, reps=reps, warmup=warmup, flush_l2=flush_l2)["fn"]
 
 
+def capture_graph(body: Callable[[], object], calls: int):
+    """A CUDA graph of ``calls`` calls of ``body``, warmed up twice on a side stream first (as torch's
+    docs require: lazy initialisation must not happen inside the capture)."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            body()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            body()
+    return g
+
+
 def graph_times(fn: Callable[[], object], *, calls: int = 20, reps: int = 20,
                 flush_l2: bool = True, flush_mode: str = "write") -> Stats:
     """Per-call time of ``fn`` replayed from a CUDA graph: launch overhead mostly removed.
@@ -166,26 +184,13 @@ def graph_times(fn: Callable[[], object], *, calls: int = 20, reps: int = 20,
 
     flusher = L2Flusher(mode=flush_mode) if flush_l2 else None
 
-    def capture(body):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):       # warm up on a side stream, as torch's docs require
-            for _ in range(2):
-                body()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(calls):
-                body()
-        return g
-
     def with_flush():
         if flusher:
             flusher()
         fn()
 
-    g_all = capture(with_flush)
-    g_flush = capture(flusher) if flusher else None
+    g_all = capture_graph(with_flush, calls)
+    g_flush = capture_graph(flusher, calls) if flusher else None
     samples = []
     for _ in range(reps):
         times = []

@@ -62,39 +62,16 @@ def _sync():
 
 # ---- 1. correctness -------------------------------------------------------------------------------
 def check_all(sets=("seed", "small", "odd"), *, device="cuda", log=print) -> list[dict]:
-    import torch
-
-    from ..check import check_output
-    from ..problems import SHAPE_SETS, reference, sdpa
+    from ..bench import check_steps
+    from ..problems import SHAPE_SETS
     from . import k06_split_kv
     mods = {n: _module(STEP_MODULES[n]) for n in ("multihead", "split-KV", "solution")}
     fns = {n: m.attention for n, m in mods.items()}
     fns["split-KV n=2"] = lambda q, k, v, causal: k06_split_kv.launch(q, k, v, causal=causal, n_split=2)
     fns["split-KV n=5"] = lambda q, k, v, causal: k06_split_kv.launch(q, k, v, causal=causal, n_split=5)
-    res = []
-    for set_name in sets:
-        for p0 in SHAPE_SETS[set_name]:
-            for c in (False, True):
-                p = p0.replace(causal=c)
-                q, k, v = p.inputs(len(res), device)
-                ref = reference(q, k, v, causal=c)
-                sd = sdpa(q, k, v, causal=c)
-                for name, fn in fns.items():
-                    try:
-                        out = fn(q, k, v, causal=c)
-                        _sync()
-                        r = check_output(p, q, k, v, out, ref=ref, sdpa_out=sd)
-                        res.append({"kernel": name, "problem": p.name, "ok": r.ok, "err": r.err, "bound": r.bound,
-                                    "message": r.message[:200]})
-                    except Exception as e:
-                        res.append({"kernel": name, "problem": p.name, "ok": False,
-                                    "message": f"{type(e).__name__}: {e}"[:300]})
-                del ref, sd, q, k, v
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-    bad = [r for r in res if not r["ok"]]
-    log(f"correctness: {len(res) - len(bad)}/{len(res)} pass" + "".join(f"\n  FAIL {r}" for r in bad))
-    return res
+    probs = [p0.replace(causal=c) for s in sets for p0 in SHAPE_SETS[s] for c in (False, True)]
+    return check_steps(fns, probs, lambda p, i: p.inputs(i * len(fns), device), log=log,
+                       free_memory=device == "cuda")
 
 
 # ---- 3. the µs-per-sequence table ------------------------------------------------------------------

@@ -160,18 +160,11 @@ def gpu_us(fn, *, n: int = 200, rounds: int = 5, host_issue_us: float = 30.0) ->
 
 
 def graph_of(fn, n: int):
-    """A CUDA graph of ``n`` calls of fn (warmed up first)."""
+    """A CUDA graph of ``n`` calls of fn (warmed up first), ready to replay."""
     import torch
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
+
+    from ..timing import capture_graph
+    g = capture_graph(fn, n)
     torch.cuda.synchronize()
     return g
 

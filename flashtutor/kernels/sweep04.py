@@ -263,36 +263,11 @@ def _sync():
 
 def check_all(sets=("cpu", "odd", "seed", "small", "large"), log=print) -> list[dict]:
     """Correctness of both kernels on every shape of ``sets``, causal and not (one seed each)."""
-    import torch
-
-    from ..check import check_output
-    from ..problems import SHAPE_SETS, reference
-    mods = {name: importlib.import_module(m) for name, m in KERNELS.items()}
-    res, seen = [], set()
-    for set_name in sets:
-        for p0 in SHAPE_SETS[set_name]:
-            for c in (False, True):
-                p = p0.replace(causal=c)
-                if p in seen:
-                    continue
-                seen.add(p)
-                q, k, v = inputs(*p.shape, seed=len(seen))
-                ref = reference(q, k, v, causal=c)
-                sd = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=c)
-                for name, mod in mods.items():
-                    try:
-                        out = mod.attention(q, k, v, causal=c)
-                        _sync()
-                        r = check_output(p, q, k, v, out, ref=ref, sdpa_out=sd)
-                        res.append({"kernel": name, "problem": p.name, "ok": r.ok, "err": r.err, "bound": r.bound,
-                                    "message": r.message[:200]})
-                    except Exception as e:
-                        res.append({"kernel": name, "problem": p.name, "ok": False,
-                                    "message": f"{type(e).__name__}: {e}"[:300]})
-                del ref, sd, q, k, v
-    bad = [r for r in res if not r["ok"]]
-    log(f"correctness: {len(res) - len(bad)}/{len(res)} pass" + "".join(f"\n  FAIL {r}" for r in bad))
-    return res
+    from ..bench import check_steps
+    from ..problems import SHAPE_SETS
+    fns = {name: importlib.import_module(m).attention for name, m in KERNELS.items()}
+    probs = list(dict.fromkeys(p0.replace(causal=c) for s in sets for p0 in SHAPE_SETS[s] for c in (False, True)))
+    return check_steps(fns, probs, lambda p, i: inputs(*p.shape, seed=i + 1), log=log)
 
 
 def table_vs_sdpa(problems, *, best_fixed=None, reps=30, peaks=None) -> list[dict]:
