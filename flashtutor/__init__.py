@@ -1,6 +1,6 @@
 """flashtutor: reference kernels, loaders and an autograder for the fast-attention course."""
 from .api import check_inputs, output_like
-from .grader import grade
+from .grading import grade
 from .loaders import CompileError, load_cuda
 from .problems import SHAPE_SETS, Problem, reference, sdpa, shape_set
 

@@ -1,7 +1,8 @@
 """What every exercise uses: input validation with clear errors, and output allocation.
 
-``output_like(q)`` is ``torch.empty_like(q)`` — except while the grader checks correctness, when
-it returns a tensor filled with NaN, so any element a kernel forgets to write fails the check.
+``output_like(q)`` is ``torch.empty_like(q)`` — except under the grader. There it returns the buffer
+the grader reads your answer from (so nothing has to be copied, and the time of a copy is not added to
+yours), filled with NaN while correctness is checked, so any element a kernel forgets to write fails.
 """
 from __future__ import annotations
 
@@ -21,9 +22,17 @@ def set_poisoning(on: bool) -> None:
     os.environ[_POISON_ENV] = "1" if on else "0"
 
 
+# The grading worker's output buffers, by the address of the q they belong to (empty outside grading).
+# Each is handed out once: a second output_like(q) in the same call gets a buffer of its own.
+_grader_outputs: dict[int, torch.Tensor] = {}
+
+
 def output_like(q: torch.Tensor) -> torch.Tensor:
-    """An output buffer shaped like q: NaN-filled under the grader's correctness check."""
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    """An output buffer shaped like q: under the grader, the first one of a call is the grader's own
+    buffer (NaN-filled while it checks correctness); otherwise ``torch.empty_like(q)``."""
+    out = _grader_outputs.pop(q.data_ptr(), None) if _grader_outputs else None
+    if out is None or out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if poisoning():
         out.fill_(float("nan"))
     return out

@@ -185,5 +185,5 @@ def _bytes(b) -> str:
 
 
 def _bar(total, label):
-    from .grader import _Progress
-    return _Progress(total, label)
+    from .progress import Progress
+    return Progress(total, label)

@@ -48,7 +48,7 @@ class Chapter:
     speed: SpeedRule = field(default_factory=SpeedRule)
     reference: str | None = None   # "flashtutor.kernels.k01_naive_three_pass": the chapter's reference
     excluded: str = ""             # which shape sets are left out, and why (shown in the report)
-    anticheat: bool = True         # static scan + run-time trace rules (flashtutor.anticheat)
+    anticheat: bool = True         # static scan + every call traced (flashtutor.grading.scan, .trace)
     allowed: frozenset = frozenset()          # names the static scan allows in this chapter
     allowed_kernels: str | None = None        # regex of library kernel names allowed at run time
     sass: SassRule | None = None

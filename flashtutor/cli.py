@@ -6,14 +6,14 @@ import sys
 
 
 def _grade(a) -> int:
-    from .grader import grade
+    from .grading import grade
     report = grade(a.chapter, a.path, solution=a.solution, timing=not a.no_timing, graph=a.graph or None,
                    reference=a.reference, sets=tuple(a.sets.split(",")) if a.sets else None,
                    device=a.device, progress=not a.quiet, sanitize=a.sanitize)
     report.print()
     if a.json:
         report.save_json(a.json)
-    return 0 if report.verdict in ("pass", "not run") else 1
+    return report.exit_code
 
 
 def _doctor(_a) -> int:

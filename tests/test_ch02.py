@@ -247,4 +247,4 @@ def test_stub_fails_the_grader_on_gpu():
     from flashtutor import grade
     r = grade("02", progress=False, timing=False, sets=("seed", "odd"))
     assert r.verdict == "fail"
-    assert {c.get("cause") for c in r.checks if not c.get("ok")} <= {"unwritten", "error", "compile error"}
+    assert {str(c.cause) for c in r.checks if not c.ok} <= {"unwritten", "error", "compile error"}

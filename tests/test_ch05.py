@@ -170,8 +170,9 @@ def test_exercise_compiles_and_asks_for_the_configuration():
 
 
 def test_solution_passes_the_static_scan():
-    from flashtutor.anticheat import scan
-    found = [f for f in scan(SOL / "attention.py", cuda_files=[SOL / "softmax.cu"]) if f.severity == "forbidden"]
+    from flashtutor.grading.scan import scan
+    from flashtutor.grading.submission import Submission
+    found = [f for f in scan(Submission.at(SOL / "attention.py")) if f.severity == "forbidden"]
     assert not found, [str(f) for f in found]
 
 

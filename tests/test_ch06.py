@@ -22,7 +22,7 @@ CH = get_chapter("06")
 
 
 def causes(report):
-    return {c.get("cause") for c in report.checks if not c.get("ok")}
+    return {str(c.cause) for c in report.checks if not c.ok}
 
 
 # ---------------------------------------------------------------- CPU tier: the interpreter ------

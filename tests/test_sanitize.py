@@ -1,4 +1,4 @@
-"""`flashtutor grade --sanitize` (flashtutor/sanitize.py): the parser on compute-sanitizer's report
+"""`flashtutor grade --sanitize` (flashtutor/grading/sanitize.py): the parser on compute-sanitizer's report
 format, the plumbing with a stand-in tool, the "not run" paths (CPU); on the GPU, the solution is
 clean, a planted out-of-bounds write and a missing __syncthreads() are found at their source line,
 and the same tiled kernel with its barriers is clean and passes the grader."""
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import flashtutor.sanitize as san
+import flashtutor.grading.sanitize as san
 from flashtutor.chapters import get_chapter
 from flashtutor.loaders import load_cuda
-from flashtutor.sanitize import Finding, format_findings, parse, sanitize, select
+from flashtutor.grading.sanitize import Finding, format_findings, parse, sanitize, select
 
 from adversarial.ch01_mutations import materialize
 
@@ -260,7 +260,7 @@ def test_command_line():
     cmd = san._command("/cs", "racecheck", "01", Path("/a/attention.py"))
     assert cmd[:3] == ["/cs", "--tool", "racecheck"] and "--racecheck-report" in cmd
     assert cmd[cmd.index("--report-api-errors") + 1] == "no"     # else start-up probes fill the print limit
-    assert cmd[-5:] == [sys.executable, "-m", "flashtutor.sanitize", "01", "/a/attention.py"]
+    assert cmd[-5:] == [sys.executable, "-m", "flashtutor.grading.sanitize", "01", "/a/attention.py"]
 
 
 @pytest.mark.parametrize("defines", [None, {"RACE_FIXED": 1}], ids=["race", "fixed"])

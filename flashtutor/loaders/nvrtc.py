@@ -70,8 +70,11 @@ def _local_headers(src: str, folder: Path) -> list[Path]:
 
 
 def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None,
-                 extra_options: dict | None = None) -> bytes:
-    """Compile a .cu file to a cubin with NVRTC; cached by content hash. Raises CompileError."""
+                 extra_options: dict | None = None, disk_cache: bool = True) -> bytes:
+    """Compile a .cu file to a cubin with NVRTC; cached by content hash. Raises CompileError.
+
+    ``disk_cache=False``: neither read nor write ``~/.cache/flashtutor`` (the grader's judge compiles
+    that way: a cubin left there by someone else's process is not evidence)."""
     path = Path(path).resolve()
     src = path.read_text()
     arch = arch or default_arch()
@@ -83,7 +86,7 @@ def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: d
     if key in _memory_cache:
         return _memory_cache[key]
     cached = CACHE_DIR / f"{key}.cubin"
-    if cached.exists():
+    if disk_cache and cached.exists():
         _memory_cache[key] = cached.read_bytes()
         return _memory_cache[key]
 
@@ -103,6 +106,8 @@ def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: d
         raise CompileError(str(path), log) from None
     code = bytes(obj.code)
     _memory_cache[key] = code
+    if not disk_cache:
+        return code
     try:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")
@@ -172,21 +177,18 @@ class CudaModule:
         return resource_usage(self.cubin)
 
 
-LOADED: list[str] = []   # paths of every .cu loaded in this process (the grader asks whose kernels ran)
+# Every (.cu path, defines) loaded in this process: the grading worker tells the judge, which compiles
+# the same sources itself to know the learner's kernels (registers, SASS) without trusting the worker.
+LOADED: list[tuple[str, dict]] = []
 
 
 def load_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None) -> CudaModule:
     arch = arch or default_arch()
     mod = CudaModule(path, compile_cuda(path, arch=arch, defines=defines), arch)
-    if str(Path(path).resolve()) not in LOADED:
-        LOADED.append(str(Path(path).resolve()))
+    entry = (str(Path(path).resolve()), dict(defines or {}))
+    if entry not in LOADED:
+        LOADED.append(entry)
     return mod
-
-
-def kernel_names(path: str | os.PathLike) -> set[str]:
-    """The ``extern "C" __global__`` kernels a .cu file defines (read from its source)."""
-    return set(re.findall(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+'
-                          r'(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', Path(path).read_text()))
 
 
 def _as_param(kernel: CudaKernel, i: int, a, size: int):

@@ -1,41 +1,78 @@
 """The adversarial corpus: every wrong or cheating submission, with the verdict the grader must give.
 
-A case is a file here (cheats/, torch/, ch01_race/) or a one-line mutation of the chapter-1 solution
-(ch01_mutations.py). ``cause`` is the failure cause the report must name; ``says`` a phrase its
-message must contain. ``gpu`` cases need a CUDA GPU (CUDA kernels, streams, timing); the others also
-run on a CPU through the grader's plain-PyTorch path.
+A case is a file here (cheats/, torch/, ch01_race/, ch01_decoy/), a one-line mutation of the chapter-1
+solution (ch01_mutations.py), or a submission written at test time (the helper-module control). ``cause``
+is the failure cause the report must name; ``says`` a phrase its messages must contain. ``gpu`` cases
+need a CUDA GPU; the others also run on a CPU (plain PyTorch, or Triton's interpreter). ``attack`` names
+the class of the trusted-verdicts issue a case stands for:
+
+1 re-binding the grader through sys.modules    2 reading the grader's state (frames, gc)
+3 slowing the SDPA baseline                    4 detecting (or stopping) the tracer
+5 library attention on rarely profiled settings 6 submitting the course's own kernels
+7 matmuls through another library op           8 shortcuts that show only with large logits at D = 128
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashtutor.chapters import Chapter
+from flashtutor.chapters import ROOT, Chapter, SpeedRule
 
 HERE = Path(__file__).parent
 
-# The chapter used for plain-PyTorch cheats: anti-cheat on, no compiled kernel needed.
+# Plain-PyTorch cheats: anti-cheat on, no compiled kernel needed (elementwise ops and reductions allowed).
 CHEAT_CH = Chapter(key="X", slug="adversarial", title="adversarial corpus (plain PyTorch)", kind="torch",
                    check_sets=("cpu",), causal=True, seeds=1, large_logits=True)
+# The same, with a speed rule: for cheats aimed at the timing (classes 1, 3, 4). The honest elementwise
+# control takes ~100× SDPA's time at these shapes; the rule asks for 3×.
+CHEAT_TIMED_CH = Chapter(key="XT", slug="adversarial-timed", title="adversarial corpus (timed)", kind="torch",
+                         check_sets=("cpu",), time_sets=("adversarial",), causal=True, seeds=1,
+                         speed=SpeedRule(max_ratio_vs_sdpa=3.0, calibration="a test rule, not calibrated"))
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    cause: str                 # the cause the report must name
-    says: str                  # a phrase the failure message must contain
+    cause: str                 # the cause the report must name ("" for a control that must pass)
+    says: str                  # a phrase the failure messages must contain
     gpu: bool                  # needs a GPU
     file: str | None = None    # a submission file under tests/adversarial/
     mutation: str | None = None  # or a chapter-1 mutation (ch01_mutations.MUTATIONS)
+    make: str | None = None    # or a submission written at test time (see MAKERS)
+    chapter: object = None     # default: chapter 01 for CUDA sources, CHEAT_CH for plain PyTorch
     timing: bool = False       # the verdict comes from the timed phase
     sanitize: bool = False     # the verdict comes from compute-sanitizer (grade --sanitize)
+    attack: int = 0            # the attack class (1-8) of the trusted-verdicts issue, 0 for none
+
+    @property
+    def control(self) -> bool:
+        return not self.cause
 
     def path(self, tmp: Path) -> Path:
+        safe = "".join(c if c.isalnum() else "_" for c in self.name)
         if self.file:
             return HERE / self.file
+        if self.make:
+            return MAKERS[self.make](tmp / safe)
         from adversarial.ch01_mutations import materialize
-        return materialize(self.mutation, tmp / "".join(c if c.isalnum() else "_" for c in self.name))
+        return materialize(self.mutation, tmp / safe)
 
+
+def write_helper_control(folder: Path) -> Path:
+    """A correct chapter-4 submission split in two: helper.py is the chapter-4 solution (its kernel and its
+    launch()), attention.py only imports from it. The kernel is the learner's own, in a local module."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "helper.py").write_text((ROOT / "solutions/04_triton_online_softmax/attention.py").read_text())
+    (folder / "attention.py").write_text(
+        '"""The kernel lives in helper.py beside this file."""\n'
+        "from helper import CONFIGS, INTERPRETER_CONFIG, interpreting, launch\n\n\n"
+        "def attention(q, k, v, *, causal=False):\n"
+        "    cfg = INTERPRETER_CONFIG if interpreting() else CONFIGS[q.shape[-1]]\n"
+        "    return launch(q, k, v, causal=causal, **cfg)\n")
+    return folder / "attention.py"
+
+
+MAKERS = {"helper_control": write_helper_control}
 
 CASES = [
     # --- CUDA kernels (chapter 1): wrong answers and crashes -------------------------------------
@@ -52,48 +89,70 @@ CASES = [
     Case("race (missing __syncthreads)", "race", "attention.cu:", True, file="ch01_race/attention.py", sanitize=True),
     Case("out-of-bounds write, found by memcheck", "memory error", "Invalid __global__ write", True,
          mutation="oob_write", sanitize=True),
-    # --- cheats ----------------------------------------------------------------------------------
+    # --- library calls ---------------------------------------------------------------------------
     Case("calls SDPA", "forbidden", "scaled_dot_product_attention", False, file="cheats/sdpa_direct.py"),
     Case("calls SDPA through an alias", "forbidden", "scaled_dot_product_attention", False, file="cheats/sdpa_alias.py"),
     Case("calls SDPA through torch.ops.aten", "forbidden", "aten", False, file="cheats/sdpa_aten.py"),
-    Case("calls SDPA through strings", "forbidden", "aten::scaled_dot_product_attention", False,
-         file="cheats/sdpa_hidden.py"),
+    Case("calls SDPA through strings", "library kernel", "library", False, file="cheats/sdpa_hidden.py"),
     Case("torch.matmul + softmax", "forbidden", "matmul", False, file="cheats/matmul_softmax.py"),
+    # --- stale, lazy, or imprecise answers ----------------------------------------------------------
     Case("returns the previous call's output", "unwritten", "NaN", False, file="cheats/previous_output.py"),
     Case("returns a stale answer when timed", "timed output wrong", "timed call is wrong", True,
          file="cheats/stale_when_timed.py", timing=True),
     Case("computes in fp16 throughout", "precision", "fp32", False, file="cheats/lower_precision.py"),
     Case("patches the timer", "forbidden", "torch.cuda.Event.elapsed_time", False, file="cheats/patch_timer.py"),
-    Case("patches the timer through strings", "tampering", "torch.cuda.Event.elapsed_time", False,
-         file="cheats/patch_timer_hidden.py"),
-    Case("patches the checker through strings", "tampering", "flashtutor.check.row_bounds", False,
-         file="cheats/patch_checker_hidden.py"),
-    Case("launches on a side stream", "forbidden", "side stream", True, file="cheats/side_stream.py", timing=True),
+    # --- the attack classes of the trusted-verdicts issue ------------------------------------------
+    Case("re-binds the checker and rules through sys.modules, during calls only", "precision", "fp32", False,
+         file="cheats/patch_grader_modules.py", attack=1),
+    Case("patches the timer through strings, and is slow", "too slow", "SDPA's time", True,
+         file="cheats/patch_timer_slow.py", chapter=CHEAT_TIMED_CH, timing=True, attack=1),
+    Case("looks for the reference in frames and gc", "unwritten", "NaN", False, file="cheats/steal_reference.py",
+         attack=2),
+    Case("slows SDPA down in its own process, and is slow", "too slow", "SDPA's time", True,
+         file="cheats/slow_sdpa_baseline.py", chapter=CHEAT_TIMED_CH, timing=True, attack=3),
+    Case("stops the tracer, then calls SDPA", "untraced", "could not be traced", False,
+         file="cheats/stop_profiler_then_sdpa.py", attack=4),
+    Case("calls SDPA whenever no profiler watches", "too slow", "SDPA's time", True,
+         file="cheats/profiler_aware.py", chapter=CHEAT_TIMED_CH, timing=True, attack=4),
+    Case("library attention only when causal, D = 128 or long", "library kernel", "library", False,
+         file="cheats/library_on_rare_settings.py", attack=5),
+    Case("imports the course's tuned kernel", "import error", "course's kernels", False,
+         file="cheats/course_kernel_import.py", chapter="04", attack=6),
+    Case("loads the chapter-4 solution by path", "not your kernel", "not compiled from your files", True,
+         file="cheats/solution_by_path.py", chapter="04", attack=6),
+    Case("launches the course's CUDA kernel behind a decoy of the same name", "not your kernel",
+         "not built from your file", True, file="ch01_decoy/attention.py", chapter="01", attack=6),
+    Case("the course's kernel on a side stream", "not your kernel", "not compiled from your files", True,
+         file="cheats/side_stream.py", chapter="01", attack=6),
+    Case("matmuls as convolutions, with a decoy kernel named conv", "library kernel", "conv", False,
+         file="cheats/conv_matmul.py", attack=7),
+    Case("skips the max subtraction at D = 128 only", "nan", "max", False, file="cheats/large_logits_d128.py",
+         attack=8),
+    # --- the grader itself survives ---------------------------------------------------------------
     Case("modifies its inputs", "inputs modified", "modified its input", False, file="torch/modifies_inputs.py"),
     Case("hangs (Python)", "timeout", "no answer within", False, file="torch/hang.py"),
     Case("crashes (segfault)", "crash", "signal 11", False, file="torch/segfault.py"),
     Case("runs out of GPU memory", "out of memory", "out of memory", True, file="torch/oom.py"),
+    # --- controls: they must pass ------------------------------------------------------------------
+    Case("control: honest, no library ops", "", "", False, file="cheats/honest_elementwise.py"),
+    Case("control: the kernel in a helper module", "", "", False, make="helper_control", chapter="04"),
 ]
-CONTROL = "cheats/honest_elementwise.py"
 
 
 def chapter_for(case: Case):
-    """Chapter-1 (CUDA) mutations and GPU cheats are graded as chapter 01; plain-PyTorch cheats
-    under the adversarial chapter (the chapter-1 grader would reject them for lacking a kernel)."""
-    if case.mutation or case.file in ("cheats/side_stream.py", "ch01_race/attention.py"):
+    """Chapter-1 mutations are graded as chapter 01; plain-PyTorch cheats under the adversarial chapter."""
+    if case.chapter is not None:
+        return case.chapter
+    if case.mutation or case.file == "ch01_race/attention.py":
         return "01"
     return CHEAT_CH
 
 
 def found(report, case: Case) -> tuple[bool, str]:
-    """Whether the report names the case's cause and phrase, and a summary of what it said."""
-    items = report.checks + report.profile + report.timings
-    causes = {c.get("cause") for c in items if not c.get("ok", True) or c.get("cause")}
-    causes |= {x for c in items for x in c.get("causes", [])}
-    if report.summary == "compile error":
-        causes.add("compile error")
-    if any(f["severity"] == "forbidden" for f in report.static):
-        causes.add("forbidden")
+    """Whether the report gives the case its verdict (names its cause and phrase; a control passes)."""
+    said = f"verdict={report.verdict} causes={sorted(report.causes)}"
+    if case.control:
+        return report.verdict == "pass", said
     text = " ".join([report.summary] + report.failures)
-    ok = report.verdict == "fail" and case.cause in causes and case.says in text
-    return ok, f"verdict={report.verdict} causes={sorted(c for c in causes if c)}"
+    ok = report.verdict == "fail" and case.cause in report.causes and case.says in text
+    return ok, said

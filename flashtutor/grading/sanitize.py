@@ -4,7 +4,7 @@
     print(format_findings(result))
 
 Each tool runs in a subprocess of its own (``compute-sanitizer --tool T python -m
-flashtutor.sanitize CHAPTER PATH``) with a timeout. The child imports the learner's file as the
+flashtutor.grading.sanitize CHAPTER PATH``) with a timeout. The child imports the learner's file with the
 grader does and calls ``attention`` on two small problems, causal and not; it calls neither SDPA
 nor a reference, so the kernels under the tool are the learner's (and torch's copies). The tool's
 report is parsed into :class:`Finding` objects — kind, kernel, the learner's file:line (the NVRTC
@@ -26,8 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .chapters import get_chapter
-from .sass import find_tool
+from ..chapters import get_chapter
+from ..sass import find_tool
+from .submission import Submission
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
 MARK = "[flashtutor-sanitize]"     # lines the child prints for the parent (not the tool's)
@@ -208,24 +209,23 @@ def _gpu_available() -> bool:
 
 
 def _cuda_files(path: Path) -> list[Path]:
-    """The .cu files beside a submission, as the grader finds them."""
-    files = sorted(path.parent.glob(path.stem + "*.cu"))
-    return files or sorted(path.parent.glob("*.cu"))
+    """The .cu files of a submission, as the grader finds them."""
+    return Submission.at(path).cuda
 
 
 def learner_kernels(path: Path) -> set[str]:
     """Names of the kernels in the submission's .cu files (from the cubin; the source as a fallback).
     Raises CompileError when a file does not compile."""
-    from .loaders import load_cuda
-    from .sass import disassemble
+    from ..loaders import load_cuda
+    from ..sass import disassemble
+    from .submission import cuda_kernel_names
     names: set[str] = set()
     for cu in _cuda_files(path):
         mod = load_cuda(cu, arch="sm_90a")          # kernel names do not depend on the arch
         try:
             names |= set(disassemble(mod.cubin))
         except Exception:                           # no cuobjdump: read the declarations instead
-            from .loaders.nvrtc import kernel_names
-            names |= kernel_names(cu)
+            names |= cuda_kernel_names(cu)
     return names
 
 
@@ -238,12 +238,12 @@ def _command(tool_path: str, tool: str, chapter_key: str, path: Path) -> list[st
     if tool == "racecheck":
         # "analysis" gives one line per race with both accesses' file:line (the default, named here).
         cmd += ["--racecheck-report", "analysis"]
-    return cmd + [sys.executable, "-m", "flashtutor.sanitize", chapter_key, str(path)]
+    return cmd + [sys.executable, "-m", "flashtutor.grading.sanitize", chapter_key, str(path)]
 
 
 def _env() -> dict:
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in parts:
         parts.insert(0, root)
@@ -412,17 +412,17 @@ def _child(chapter_key: str, path: str) -> int:
 
     import torch
 
-    from .api import set_poisoning
-    from .grader import _import_file
-    from .loaders.nvrtc import CudaModule
-    from .problems import Problem
+    from ..api import set_poisoning
+    from ..loaders.nvrtc import CudaModule
+    from ..problems import Problem
+    from .submission import load_module
 
     ch = get_chapter(chapter_key)
     set_poisoning(False)
     problems = (Problem(2, 3, 113, 64), Problem(1, 2, 64, 128))
     status = 0
     try:
-        fn = getattr(_import_file(Path(path)), "attention", None)
+        fn = getattr(load_module(Path(path)), "attention", None)
         if not callable(fn):
             raise TypeError(f"{Path(path).name} defines no function attention(q, k, v, *, causal=False)")
         for p in problems:
@@ -449,6 +449,6 @@ def _child(chapter_key: str, path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        print("usage: python -m flashtutor.sanitize CHAPTER PATH  (run under compute-sanitizer)", file=sys.stderr)
+        print("usage: python -m flashtutor.grading.sanitize CHAPTER PATH  (run under compute-sanitizer)", file=sys.stderr)
         sys.exit(64)
     sys.exit(_child(sys.argv[1], sys.argv[2]))

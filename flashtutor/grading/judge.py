@@ -1,0 +1,552 @@
+"""The judge: plans the cases, feeds the worker, measures, and turns the evidence into a verdict.
+
+It never imports the learner's code. It reads the learner's files (the static scan, the kernel names
+they define), compiles their CUDA sources itself (SASS, registers), writes every input, computes every
+reference, records every timing event, and decides. The worker (:mod:`.worker`) is a separate process
+that only runs the learner's ``attention`` on the inputs the judge wrote and tells what its tracer saw.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import random
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..chapters import Chapter, get_chapter
+from ..problems import Problem, shape_set
+from ..progress import Progress
+from .evidence import Cause, CaseResult, MalformedMessage, TimingResult, Verdict, parse_message
+from .report import Report
+from .submission import Submission
+from . import trace as tr
+
+SETUP_TIMEOUT = 300.0
+CHECK_TIMEOUT = 120.0
+TIME_TIMEOUT = 300.0
+ARENA_MAX_BYTES = 4 << 30
+_POOL_LOCK = __import__("threading").Lock()     # judges in several threads allocate their arenas one at a time
+
+
+# ---------------------------------------------------------------- the plan --------------------------
+def plan_checks(ch: Chapter, *, sets=None, seeds=None, device="cuda") -> list[tuple[Problem, int]]:
+    """The correctness cases: every shape of the chapter's sets, causal and not, ``seeds`` fresh seeds
+    each; large-logit cases at every head dim the sets contain, causal and not. Seeds are drawn fresh
+    for every grading run (the report lists them, so a failure can be reproduced)."""
+    sets = sets or (("cpu",) if device == "cpu" else ch.check_sets)
+    seeds = seeds or ch.seeds
+    rng = random.SystemRandom()
+    out, seen = [], set()
+    for s in sets:
+        for p in shape_set(s):
+            for causal in ((False, True) if ch.causal else (False,)):
+                pc = p.replace(causal=causal)
+                if pc in seen:
+                    continue
+                seen.add(pc)
+                out += [(pc, rng.randrange(1 << 40)) for _ in range(seeds)]
+    if ch.large_logits:
+        # exp() overflows fp32 without the max subtraction: q, k scaled by 6 give scores of std 36
+        problems = [p for s in sets for p in shape_set(s)]
+        for D in sorted({p.D for p in problems}):
+            base = next((p for p in problems if p.D == D and p.S >= 32), None)
+            if base is None:
+                continue
+            for causal in ((False, True) if ch.causal else (False,)):
+                out.append((base.replace(qk_std=6.0, causal=causal), rng.randrange(1 << 40)))
+    return out
+
+
+def plan_timing(ch: Chapter, time_sets=None) -> list[Problem]:
+    return [p for s in (time_sets or ch.time_sets) for p in shape_set(s)]
+
+
+# ---------------------------------------------------------------- the worker, from the judge's side -
+class WorkerFailed(Exception):
+    def __init__(self, cause: Cause, message: str, log: str = ""):
+        super().__init__(message)
+        self.cause, self.message, self.log = cause, message, log
+
+
+class WorkerHandle:
+    """One worker process at a time: spawned, fed, read with timeouts, replaced after a crash."""
+
+    def __init__(self, setup: dict, tmp: str, setup_timeout: float):
+        self.setup, self.tmp, self.setup_timeout = setup, tmp, setup_timeout
+        self.proc = self.conn = None
+        self.starts = 0
+        self.ready_msg: dict = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.tmp, f"worker-{self.starts}.log")
+
+    def start(self, arena_msg: tuple) -> dict:
+        """A fresh worker: ``python -m flashtutor.grading.worker`` on one end of a socket pair (nothing of
+        the caller's ``__main__`` is imported there, unlike a multiprocessing child)."""
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        import torch.multiprocessing  # noqa: F401 — registers the reducers that share CUDA tensors
+        self.stop()
+        self.starts += 1
+        mine, theirs = socket.socketpair()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "flashtutor.grading.worker", str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, cwd=str(Path(self.setup["path"]).parent))
+        theirs.close()
+        self.conn = Connection(mine.detach())
+        self.conn.send(self.setup)
+        self.conn.send(arena_msg)
+        msg = self.receive(self.setup_timeout, setup=True)
+        if msg["op"] == "setup_error" or msg["op"] == "error":
+            self.stop()
+            raise WorkerFailed(msg["cause"], msg["message"], self.tail())
+        if msg["op"] != "ready":
+            self.stop()
+            raise WorkerFailed(Cause.MALFORMED, f"the worker answered {msg['op']!r} instead of 'ready'", self.tail())
+        self.ready_msg = msg
+        return msg
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def request(self, msg: tuple, timeout: float) -> dict:
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            return self._dead("")
+        return self.receive(timeout)
+
+    def receive(self, timeout: float, *, setup: bool = False) -> dict:
+        if not self.conn.poll(timeout):
+            self.stop()
+            if setup:
+                raise WorkerFailed(Cause.TIMEOUT, f"setup (import/compile) took longer than {timeout:.0f} s", self.tail())
+            return {"op": "error", "cause": Cause.TIMEOUT, "fatal": True, "where": "", "log": self.tail(),
+                    "message": f"no answer within {timeout:.0f} s: the kernel hangs (an endless loop, a barrier not "
+                               "every thread reaches, a spin-wait) or is far too slow"}
+        try:
+            raw = self.conn.recv_bytes(64 << 20)
+        except (EOFError, OSError):
+            if setup:
+                code = self._wait(5)
+                raise WorkerFailed(Cause.CRASH, f"the worker {_exit(code)} while importing the submission",
+                                   self.tail())
+            return self._dead("")
+        try:
+            return parse_message(raw)
+        except MalformedMessage as e:
+            self.stop()
+            return {"op": "error", "cause": Cause.MALFORMED, "fatal": True, "where": "", "log": "",
+                    "message": f"the worker sent a malformed message ({e}); the grading of this process stopped"}
+
+    def _wait(self, timeout: float):
+        try:
+            return self.proc.wait(timeout)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _dead(self, what: str) -> dict:
+        code = self._wait(5)
+        tail = self.tail()
+        self.stop()
+        return {"op": "error", "cause": Cause.CRASH, "fatal": True, "where": "", "log": tail,
+                "message": f"the process {_exit(code)}" + (f"; its last output:\n{tail}" if tail else "")}
+
+    def tail(self, n: int = 15) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                lines = [ln.rstrip() for ln in f.readlines() if ln.strip()]
+            return "\n".join(lines[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                if self.proc.poll() is None:
+                    try:
+                        self.conn.send(("quit",))
+                    except Exception:  # noqa: BLE001
+                        pass
+                    self._wait(2)
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                self._wait(10)
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.proc = None
+
+
+def _exit(code) -> str:
+    import signal
+    names = {-signal.SIGSEGV: "segmentation fault", -signal.SIGABRT: "abort", -signal.SIGKILL: "killed",
+             -signal.SIGBUS: "bus error", -signal.SIGFPE: "floating-point exception"}
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        return f"was killed by signal {-code} ({names.get(code, 'signal')})"
+    return f"exited with code {code}"
+
+
+# ---------------------------------------------------------------- grading -----------------------------
+class Judge:
+    def __init__(self, ch: Chapter, path: Path, *, device: str, sets, seeds, timing: bool, graph, reference: bool,
+                 time_sets, setup_timeout: float, check_timeout: float, time_timeout: float, rounds: int,
+                 progress: bool):
+        self.ch, self.path, self.device = ch, path, device
+        self.sets, self.seeds, self.timing, self.graph = sets, seeds, timing, graph
+        self.reference, self.time_sets, self.rounds = reference, time_sets, rounds
+        self.setup_timeout, self.check_timeout, self.time_timeout = setup_timeout, check_timeout, time_timeout
+        self.progress = progress
+        self.sub = Submission.at(path)
+        self.report = Report(chapter=ch.key, title=ch.title, path=str(path), device=device, excluded=ch.excluded,
+                             speed_rule=asdict(ch.speed), sass_rule=ch.sass)
+
+    # ---------------------------------------------------------- before anything runs
+    def read_sources(self) -> bool:
+        """Static scan, kernel names, the judge's own compile. False when grading stops here."""
+        from .scan import scan
+        r = self.report
+        if self.ch.anticheat:
+            r.static = [f.to_dict() for f in scan(self.sub, self.ch.allowed)]
+        self.own = frozenset(self.sub.kernel_names())
+        for name in tr.reserved_names(self.own):
+            r.static.append({"file": str(self.path), "line": 0, "severity": "forbidden",
+                             "what": f"your kernel {name!r} has a name reserved for library kernels: rename it"})
+        self.registers: dict[str, set] = {}
+        if self.ch.kind in ("cuda", "cutlass"):
+            from ..loaders import CompileError
+            from ..loaders.nvrtc import CudaModule, compile_cuda, default_arch
+            arch = default_arch()
+            for cu in self.sub.cuda:
+                try:
+                    cubin = compile_cuda(cu, arch=arch, disk_cache=False)
+                except CompileError as e:
+                    r.set_error(Cause.COMPILE_ERROR, str(e))
+                    return False
+                r.arch = arch
+                try:
+                    res = CudaModule(cu, cubin, arch).resources()
+                    r.resources[cu.name] = res
+                    for k, u in res.items():
+                        if u.get("registers") is not None:
+                            self.registers.setdefault(k, set()).add(u["registers"])
+                except Exception as e:  # noqa: BLE001 — the disassembler is optional
+                    r.warnings.append(f"could not read the compiled kernels' resources: {e}")
+        return True
+
+    def _compile_loaded(self, loaded: list[dict]) -> None:
+        """The sources the worker says it loaded with defines: compiled here too (registers to compare)."""
+        from ..loaders.nvrtc import CudaModule, compile_cuda, default_arch
+        own = {str(p) for p in self.sub.cuda}
+        for m in loaded:
+            if m["path"] in own and m["defines"]:
+                try:
+                    cubin = compile_cuda(m["path"], defines=m["defines"], disk_cache=False)
+                    for k, u in CudaModule(m["path"], cubin, default_arch()).resources().items():
+                        if u.get("registers") is not None:
+                            self.registers.setdefault(k, set()).add(u["registers"])
+                except Exception:  # noqa: BLE001
+                    pass
+
+    # ---------------------------------------------------------- the run
+    def run(self) -> Report:
+        t0 = time.time()
+        r = self.report
+        if not self.read_sources():
+            return self.finish(t0)
+        if self.sub.syntax_errors:
+            r.set_error(Cause.IMPORT_ERROR, self.sub.syntax_errors[0])
+            return self.finish(t0)
+        compiled = self.ch.kind in ("cuda", "cutlass")
+        if compiled and self.device != "cuda":
+            r.compile_only = True
+            return self.finish(t0)
+        checks = plan_checks(self.ch, sets=self.sets, seeds=self.seeds, device=self.device)
+        timed = plan_timing(self.ch, self.time_sets) if (self.timing and self.device == "cuda") else []
+        with tempfile.TemporaryDirectory(prefix="flashtutor-") as tmp:
+            self.tmp = tmp
+            bar = Progress(len(checks) + len(timed), f"grading {self.ch.key} · {self.path.name}") \
+                if self.progress else None
+            try:
+                self._grade(checks, timed, bar)
+            finally:
+                if bar:
+                    bar.close()
+                if getattr(self, "worker", None):
+                    self.worker.stop()
+                if getattr(self, "shm", None):
+                    self.arena = None
+                    try:
+                        self.shm.unlink()
+                        self.shm.close()
+                    except (BufferError, OSError):
+                        pass          # a view still holds the mapping: it goes with the process
+        return self.finish(t0)
+
+    def finish(self, t0: float) -> Report:
+        from .rules import decide
+        self.report.describe(self.ch)
+        decide(self.report, self.ch)
+        self.report.seconds = round(time.time() - t0, 1)
+        return self.report
+
+    def _setup_device(self, checks, timed) -> tuple:
+        import torch
+        largest = max([p for p, _ in checks] + timed, key=lambda p: p.B * p.H * p.S * p.D)
+        from .protocol import slot_elems
+        need = slot_elems(largest.shape)
+        if self.device == "cuda":
+            free = torch.cuda.mem_get_info()[0]
+            budget = min(ARENA_MAX_BYTES, free // 6)
+            elems = max(need * 2, min(budget // 2, need * 64) if timed else need)
+            elems = max(elems, need)
+            with _POOL_LOCK:     # a pool of its own: nothing else of the judge's lies in the block the worker maps
+                self.pool = torch.cuda.MemPool()
+                with torch.cuda.use_mem_pool(self.pool):
+                    arena = torch.empty(elems, dtype=torch.float16, device="cuda")
+            A = torch.cuda.Event(interprocess=True)
+            B = torch.cuda.Event(interprocess=True)
+            A.record()
+            B.record()
+            torch.cuda.current_stream().synchronize()
+            return arena, (A, B), ("arena", arena, A.ipc_handle(), B.ipc_handle())
+        from multiprocessing import shared_memory
+        self.shm = shared_memory.SharedMemory(create=True, size=need * 2)
+        arena = torch.frombuffer(self.shm.buf, dtype=torch.float16, count=need)
+        return arena, None, ("arena_shm", self.shm.name, need)
+
+    def _grade(self, checks, timed, bar) -> None:
+        import contextlib
+        import torch
+        ctx = contextlib.nullcontext()
+        if self.device == "cuda":
+            torch.cuda.init()
+            self.stream = torch.cuda.Stream()     # this judge's own: judges in other threads keep theirs
+            ctx = torch.cuda.stream(self.stream)
+        with ctx:
+            self._grade_on_stream(checks, timed, bar)
+
+    def _grade_on_stream(self, checks, timed, bar) -> None:
+        r = self.report
+        setup = {"path": str(self.path), "files": [str(f) for f in self.sub.files], "device": self.device,
+                 "kind": self.ch.kind, "root": str(Path(__file__).resolve().parents[2]), "trace": self.ch.anticheat}
+        self.worker = WorkerHandle(setup, self.tmp, self.setup_timeout)
+        self.arena, self.events, self.arena_msg = self._setup_device(checks, timed)
+        try:
+            ready = self.worker.start(self.arena_msg)
+        except WorkerFailed as e:
+            r.set_error(e.cause, e.message, log=e.log)
+            return
+        self._compile_loaded(ready.get("loaded", []))
+        from ..env import describe
+        r.env = describe()
+        self.policy = tr.Policy(own=self.own, registers=self.registers,
+                                allowed=__import__("re").compile(self.ch.allowed_kernels) if self.ch.allowed_kernels else None,
+                                allow_torch_math=self.ch.kind == "torch",
+                                need_own=self.device == "cuda" and self.ch.kind in ("cuda", "triton", "cutlass")
+                                and self.ch.anticheat)
+        from .timing import GpuLock
+        self.lock = GpuLock() if self.device == "cuda" else None
+        timeouts = 0
+        for i, (p, seed) in enumerate(checks):
+            if timeouts >= 2:
+                r.checks.append(CaseResult(p.name, seed, False, Cause.NOT_RUN, f"skipped after {timeouts} timeouts"))
+            else:
+                res = self.check(p, seed)
+                r.checks.append(res)
+                timeouts += res.cause == Cause.TIMEOUT
+            if bar:
+                bar.advance()
+        correct = all(c.ok for c in r.checks) and not r.forbidden
+        if not timed:
+            return
+        if not correct:
+            r.timings = [TimingResult(p.name, self.ch.speed.basis, skipped="correctness failed first") for p in timed]
+            return
+        if not self.worker.alive():
+            try:
+                self.worker.start(self.arena_msg)
+            except WorkerFailed as e:
+                r.timings = [TimingResult(p.name, self.ch.speed.basis, skipped=f"the worker could not restart: "
+                                          f"{e.message}") for p in timed]
+                return
+        from .timed import TimedPhase
+        phase = TimedPhase(self)
+        for p in timed:
+            r.timings.append(phase.shape(p))
+            if bar:
+                bar.advance()
+
+    # ---------------------------------------------------------- one correctness case
+    def check(self, p: Problem, seed: int) -> CaseResult:
+        import contextlib
+
+        from ..check import check_output
+        from ..problems import reference, sdpa
+        from .protocol import inputs_view, views
+        torch = __import__("torch")
+        if not self.worker.alive():
+            try:
+                self.worker.start(self.arena_msg)
+            except WorkerFailed as e:
+                return CaseResult(p.name, seed, False, e.cause, e.message, log=e.log)
+        lock = self.lock.shared() if self.lock else contextlib.nullcontext()
+        with lock:
+            q, k, v, o = views(self.arena, p.shape, 0)
+            flat = inputs_view(self.arena, p.shape, 0)
+            gen = torch.Generator(device=self.arena.device).manual_seed(seed)
+            flat.normal_(generator=gen)
+            if p.qk_std != 1.0:
+                flat[: 2 * q.numel()].mul_(p.qk_std)
+            o.fill_(float("nan"))
+            private = tuple(t.clone() for t in (q, k, v))
+            if self.events:
+                self.events[0].record()
+            msg = self.worker.request(("call", {"shape": list(p.shape), "causal": p.causal, "slot": 0, "poison": True,
+                                                "nonce": f"{random.getrandbits(64):016x}"}), self.check_timeout)
+            if msg["op"] == "done" and self.events:
+                torch.cuda.current_stream().wait_event(self.events[1])
+            out = o.clone()
+            trace_msg = None
+            if msg["op"] == "done" and self.ch.anticheat:
+                trace_msg = self.worker.receive(self.check_timeout)
+            if msg["op"] != "done":
+                if self.device == "cuda":
+                    torch.cuda.current_stream().synchronize()
+                return self._call_failed(p, seed, msg)
+            ref = reference(*private, causal=p.causal)
+            sdpa_out = sdpa(*private, causal=p.causal)
+            changed = [n for n, a, b in zip("qkv", private, (q, k, v)) if not torch.equal(a, b)]
+            if changed:
+                return CaseResult(p.name, seed, False, Cause.INPUTS_MODIFIED,
+                                  f"the kernel modified its input(s) {', '.join(changed)}: inputs must stay read-only")
+            if msg["returned"].get("problem"):
+                return CaseResult(p.name, seed, False, Cause.SHAPE, msg["returned"]["problem"])
+            res = check_output(p, *private, out, ref=ref, sdpa_out=sdpa_out, seed=seed)
+        case = CaseResult(p.name, seed, res.ok, Cause.of(res.cause) if not res.ok else None, res.message,
+                          res.err, res.bound, res.sdpa_err, res.max_err)
+        if trace_msg is not None:
+            if trace_msg["op"] == "trace":
+                t = trace_msg["trace"]
+                case.kernels = t.names
+                findings = tr.judge(t, self.policy, calls=1)
+            else:
+                findings = [tr.Finding(Cause.UNTRACED, f"the worker sent no trace ({trace_msg.get('message', '')})")]
+            if findings:
+                if case.ok:
+                    case.ok, case.cause, case.message = False, findings[0].cause, findings[0].message
+                self.report.add_trace_findings(findings)
+        return case
+
+    def _call_failed(self, p: Problem, seed: int, msg: dict) -> CaseResult:
+        cause = msg.get("cause", Cause.ERROR)
+        text = msg.get("message", "")
+        if msg.get("where"):
+            text += f" (raised at {msg['where']})"
+        if msg.get("fatal") and cause not in (Cause.TIMEOUT, Cause.CRASH, Cause.MALFORMED):
+            text = f"{cause}: {text}. The CUDA context is lost after this; the remaining cases run in a fresh " \
+                   "process. Find the bad access with `flashtutor grade --sanitize` or compute-sanitizer."
+        elif cause not in (Cause.TIMEOUT, Cause.CRASH):
+            text = f"{cause}: {text}"
+        return CaseResult(p.name, seed, False, cause, text, log=msg.get("log", ""))
+
+
+# ---------------------------------------------------------------- entry ---------------------------------
+def _gpu_available() -> bool:
+    """Whether a CUDA GPU is visible, asked without initialising CUDA in this process."""
+    import subprocess
+    import sys
+    try:
+        r = subprocess.run([sys.executable, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
+                           capture_output=True, timeout=120)
+        return r.returncode == 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def run_judge(kwargs: dict) -> Report:
+    """Grade in this process (the caller has not run the learner's code: the CLI, pytest)."""
+    ch = get_chapter(kwargs.pop("chapter"))
+    sanitize = kwargs.pop("sanitize", False)
+    j = Judge(ch, **kwargs)
+    report = j.run()
+    if sanitize:
+        from .rules import fold_sanitizer
+        from .sanitize import sanitize as run_sanitizer
+        fold_sanitizer(report, run_sanitizer(ch, j.path))
+    return report
+
+
+def _judge_child(conn, kwargs):
+    try:
+        conn.send(("ok", run_judge(kwargs)))
+    except BaseException as e:  # noqa: BLE001
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def grade(chapter, path=None, *, solution: bool = False, device: str | None = None, sets=None, seeds=None,
+          timing: bool = True, graph: bool | None = None, reference: bool = False, progress: bool = True,
+          time_sets=None, sanitize: bool = False, setup_timeout: float = SETUP_TIMEOUT,
+          check_timeout: float = CHECK_TIMEOUT, time_timeout: float = TIME_TIMEOUT, rounds: int = 5,
+          separate_judge: bool | None = None) -> Report:
+    """Grade ``path`` (default: the chapter's exercise, or its solution) as chapter ``chapter``.
+
+    The learner's code runs in a worker process; this process (or, from a notebook, a judge process of
+    its own) decides. ``separate_judge``: None = only in a notebook, where the learner's code may have
+    run in the caller's process.
+    """
+    ch = get_chapter(chapter)
+    if ch.setup_timeout and setup_timeout == SETUP_TIMEOUT:
+        setup_timeout = ch.setup_timeout
+    if path is None:
+        path = ch.solution_path() if solution else ch.exercise_path()
+    path = Path(path).resolve()
+    if not path.exists():
+        raise FileNotFoundError(f"no submission at {path}")
+    if device is None:
+        device = "cuda" if _gpu_available() else "cpu"
+    kwargs = dict(chapter=ch, path=path, device=device, sets=sets, seeds=seeds, timing=timing, graph=graph,
+                  reference=reference, time_sets=time_sets, setup_timeout=setup_timeout,
+                  check_timeout=check_timeout, time_timeout=time_timeout, rounds=rounds, progress=progress,
+                  sanitize=sanitize)
+    if separate_judge is None:
+        from ..env import in_notebook
+        separate_judge = in_notebook()
+    if not separate_judge:
+        return run_judge(kwargs)
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    kwargs["progress"] = False
+    proc = ctx.Process(target=_judge_child, args=(child, kwargs))
+    proc.start()
+    child.close()
+    try:
+        status, value = parent.recv()          # the judge is trusted: its report may be unpickled
+    except EOFError:
+        raise RuntimeError(f"the grader's judge process {_exit(proc.exitcode)}") from None
+    finally:
+        proc.join(30)
+    if status != "ok":
+        raise RuntimeError(f"the grader failed: {value}")
+    return value

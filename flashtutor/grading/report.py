@@ -1,0 +1,348 @@
+"""A grading report: the evidence and the verdict, rendered for a terminal (rich), a notebook (HTML table
+and a bar chart of GPU time per call, yours vs SDPA) and machines (JSON). It decides nothing: the rules
+that fill ``verdict`` and ``failures`` are in :mod:`.rules`."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from dataclasses import dataclass, field
+
+from ..check import RATIO
+from .evidence import Cause, CaseResult, TimingResult, Verdict
+
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not run": "bold yellow", "disturbed": "bold yellow"}
+EXIT_CODES = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.NOT_RUN: 3, Verdict.DISTURBED: 3}
+
+
+@dataclass
+class Report:
+    chapter: str
+    title: str
+    path: str
+    device: str
+    excluded: str = ""
+    speed_rule: dict = field(default_factory=dict)
+    sass_rule: object = None
+    verdict: Verdict = Verdict.FAIL
+    summary: str = ""
+    env: dict = field(default_factory=dict)
+    arch: str = ""
+    resources: dict = field(default_factory=dict)
+    checks: list[CaseResult] = field(default_factory=list)
+    timings: list[TimingResult] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    static: list[dict] = field(default_factory=list)
+    trace_findings: list[str] = field(default_factory=list)
+    method: list[str] = field(default_factory=list)
+    sanitizer: dict = field(default_factory=dict)
+    sanitizer_causes: list[str] = field(default_factory=list)
+    error: str = ""                     # grading stopped before any case ran (compile, import, setup)
+    error_cause: Cause | None = None
+    error_log: str = ""
+    compile_only: bool = False
+    seconds: float = 0.0
+
+    # ------------------------------------------------------------------ filled by the judge
+    def set_error(self, cause: Cause, message: str, log: str = "") -> None:
+        self.error, self.error_cause, self.error_log = message, cause, log
+
+    def add_trace_findings(self, findings) -> None:
+        for f in findings:
+            if f.message not in self.trace_findings:
+                self.trace_findings.append(f.message)
+
+    @property
+    def forbidden(self) -> bool:
+        return any(f["severity"] == "forbidden" for f in self.static)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Verdict.PASS
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.verdict, 1)
+
+    @property
+    def causes(self) -> set[str]:
+        """Every cause the report names (cases, timed shapes, the scan, the setup, the sanitizer)."""
+        out = {str(c.cause) for c in self.checks if not c.ok and c.cause}
+        out |= {str(x) for t in self.timings for x in t.causes}
+        if self.forbidden:
+            out.add(str(Cause.FORBIDDEN))
+        if self.error_cause:
+            out.add(str(self.error_cause))
+        if self.summary.startswith("correct on all") and "too slow" in self.summary:
+            out.add(str(Cause.TOO_SLOW))
+        out |= set(self.sanitizer_causes)
+        if self.verdict == Verdict.DISTURBED:
+            out.add(str(Cause.DISTURBED))
+        return out
+
+    # ------------------------------------------------------------------ what was checked, in words
+    def describe(self, ch) -> None:
+        from .rules import describe_speed_rule
+        m = []
+        if self.checks:
+            shapes = sorted({c.problem for c in self.checks})
+            m.append(f"correctness: {len(self.checks)} cases on {len(shapes)} problems, fresh random inputs each "
+                     "(seeds listed in the JSON), outputs pre-filled with NaN, inputs compared before and after")
+            m.append(f"tolerance, per output row: max |out − ref| ≤ {RATIO:g} × SDPA's fp16 error on that row + 1 fp16 "
+                     "ulp of the row's max |ref|; reference in fp32 (TF32 off) on the GPU or fp64 on the CPU; "
+                     "NaN/Inf anywhere fails")
+        timed = [t for t in self.timings if not t.skipped]
+        if timed:
+            basis = "replayed from CUDA graphs" if timed[0].basis == "graph" else "queued back to back"
+            m.append(f"speed: GPU time per call, {basis} behind a gate only the grader opens, timed with the "
+                     "grader's own CUDA events in its own process (slope between two batch sizes, median of "
+                     "rounds with p10–p90); inputs fresh and out of L2 for every call; yours and SDPA alternately, "
+                     "both traced; SDPA's backend pinned and named; the host's cost per call shown beside it")
+            rule = describe_speed_rule(ch.speed)
+            m.append(f"speed rule: {rule}" if rule else "speed rule: none in this chapter — speed is reported, not graded")
+            m.append("timed calls: outputs of secretly chosen calls re-checked, their inputs verified unchanged; "
+                     "faster than the roofline floor fails")
+        if self.static or (self.checks and ch.anticheat):
+            m.append("source: your files (and the local modules they import) read for library attention/matmul/"
+                     "softmax calls, imports of the grader or the course's kernels")
+        if self.checks and ch.anticheat and self.device == "cuda":
+            m.append("every call traced (CUPTI): only kernels compiled from your files (their names and, for CUDA, "
+                     "their registers as the grader compiles your source), copies and fills may run")
+        if self.checks:
+            m.append("isolation: your code runs in a worker process; the inputs, references, timing events and the "
+                     "verdict live in the grader's process, which never runs your code")
+        if self.excluded:
+            m.append(f"not graded here: {self.excluded}")
+        if getattr(self, "sass_rule", None) and self.resources:
+            r = self.sass_rule
+            what = ([f"{', '.join(r.require)} instructions present"] if r.require else []) + \
+                   (["no local-memory instructions (LDL/STL: spills or stack arrays)"] if r.no_spills else [])
+            m.append("compiled code (SASS of the cubin the grader compiled, with or without a GPU): " + "; ".join(what))
+        self.method = m + [x for x in self.method if x.startswith("compute-sanitizer")]
+
+    # ------------------------------------------------------------------ outputs
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("checks", "timings", "sass_rule")}
+        d["verdict"] = str(self.verdict)
+        d["error_cause"] = str(self.error_cause) if self.error_cause else ""
+        d["checks"] = [c.to_dict() for c in self.checks]
+        d["timings"] = [t.to_dict() for t in self.timings]
+        d["sass_rule"] = self.sass_rule.__dict__ if self.sass_rule else None
+        return d
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), indent=kw.pop("indent", 1), default=str, **kw)
+
+    def save_json(self, path) -> None:
+        with open(path, "w") as f:
+            f.write(self.to_json())
+
+    def _check_rows(self):
+        """One row per problem: cases passed, and error vs allowed for its tightest case."""
+        rows: dict[str, dict] = {}
+        for c in self.checks:
+            r = rows.setdefault(c.problem, {"cases": 0, "ok": 0, "err": math.nan, "bound": math.nan,
+                                            "margin": -math.inf, "cause": ""})
+            r["cases"] += 1
+            r["ok"] += bool(c.ok)
+            e, b = c.err, c.bound
+            m = e / b if (e == e and b == b and b) else (math.inf if e == math.inf else -math.inf)
+            if m > r["margin"]:
+                r.update(margin=m, err=e, bound=b)
+            if not c.ok and not r["cause"]:
+                r["cause"] = str(c.cause or "wrong")
+        return rows
+
+    def _timing_columns(self) -> list:
+        rows = [t for t in self.timings if t.times]
+        names = [n for n in ("learner", "reference", "baseline", "sdpa") if any(n in t.times for t in rows)]
+        label = {"learner": "yours", "reference": "reference", "baseline": "baseline", "sdpa": "SDPA"}
+        cols = [("problem", lambda t, fmt: t.problem)]
+        for n in names:
+            cols.append((f"{label[n]} µs", lambda t, fmt, n=n: fmt(t.times[n]) if n in t.times else ""))
+        cols.append(("yours / SDPA", lambda t, fmt: _fmt_ratio(t.ratio) if t.ratio is not None else "—"))
+        if any(t.speedup_vs_baseline for t in rows):
+            cols.append(("speed-up vs baseline", lambda t, fmt: f"{t.speedup_vs_baseline:.1f}×"
+                         if t.speedup_vs_baseline else ""))
+        cols.append(("host µs/call (yours, SDPA)", lambda t, fmt: _fmt_host(t)))
+        cols.append(("% of floor", lambda t, fmt: _fmt_pct(t.pct_floor.get("learner", math.nan))))
+        cols.append(("backend", lambda t, fmt: t.backend))
+        return cols
+
+    def env_line(self) -> str:
+        e = self.env
+        parts = [str(e.get("gpu"))] if e.get("gpu") and e.get("gpu") != "none" else ["CPU"]
+        for key, label in (("torch", "torch"), ("cudnn", "cuDNN"), ("triton", "triton"), ("driver", "driver")):
+            if e.get(key):
+                parts.append(f"{label} {e[key]}")
+        if e.get("date"):
+            parts.append(str(e["date"]))
+        return " · ".join(parts)
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        parts = []
+        head = Text.assemble((f"{str(self.verdict).upper()}", VERDICT_STYLE.get(str(self.verdict), "bold")),
+                             f"  chapter {self.chapter} — {self.title}\n", (self.path, "dim"), "\n", self.summary)
+        parts.append(Panel(head, title="flashtutor grade", expand=False))
+        if self.env:
+            parts.append(Text(self.env_line() + (f" · graded in {self.seconds:.0f} s" if self.seconds else ""),
+                              style="dim"))
+        if self.checks:
+            t = Table(title="correctness", show_lines=False)
+            for col in ("problem", "cases", "error", "allowed", "status"):
+                t.add_column(col, justify="right" if col in ("cases", "error", "allowed") else "left")
+            for name, r in self._check_rows().items():
+                ok = r["ok"] == r["cases"]
+                t.add_row(name, f"{r['ok']}/{r['cases']}", _fmt_err(r["err"]), _fmt_err(r["bound"]),
+                          Text("ok" if ok else r["cause"], style="green" if ok else "red"))
+            parts.append(t)
+        rows = [x for x in self.timings if x.times]
+        if rows:
+            t = Table(title="speed: GPU time per call, median µs (± half the p10–p90 spread of the rounds)")
+            cols = self._timing_columns()
+            for col, _ in cols:
+                t.add_column(col, justify="left" if col in ("problem", "backend") else "right")
+            for x in rows:
+                t.add_row(*(f(x, _fmt_short) for _, f in cols))
+            parts.append(t)
+        for x in self.timings:
+            if not x.times and (x.messages or x.skipped):
+                parts.append(Text(f"{x.problem}: {x.skipped or x.messages[0]}", style="yellow"))
+        if self.resources:
+            t = Table(title="compiled kernels")
+            for col in ("kernel", "registers", "shared B", "stack B", "spill instr."):
+                t.add_column(col)
+            for _, ks in self.resources.items():
+                for k, r in ks.items():
+                    t.add_row(k, str(r.get("registers")), str(r.get("shared_bytes")), str(r.get("stack_bytes")),
+                              str(r.get("spill_instructions")))
+            parts.append(t)
+        if self.failures:
+            shown = self.failures[:5]
+            more = f"\n… and {len(self.failures) - 5} more (see --json)" if len(self.failures) > 5 else ""
+            parts.append(Panel(Text("\n\n".join(shown) + more), title="what went wrong", border_style="red"))
+        notes = self.warnings + [n for x in self.timings for n in x.notes]
+        if notes:
+            parts.append(Panel(Text("\n".join(notes[:6])), title="notices", border_style="yellow"))
+        if self.method:
+            parts.append(Text("checked: " + "\n         ".join(self.method), style="dim"))
+        return Group(*parts)
+
+    def print(self) -> None:
+        from rich.console import Console
+        Console().print(self)
+
+    def __str__(self) -> str:
+        from rich.console import Console
+        c = Console(width=120, record=True, file=io.StringIO())
+        c.print(self)
+        return c.export_text()
+
+    def _repr_html_(self) -> str:
+        color = {"pass": "#1a7f37", "fail": "#cf222e", "not run": "#9a6700", "disturbed": "#9a6700"}.get(
+            str(self.verdict), "#cf222e")
+        h = [f"<div><b style='color:{color}'>{html.escape(str(self.verdict).upper())}</b> "
+             f"— chapter {html.escape(self.chapter)}: {html.escape(self.title)}<br>"
+             f"<code>{html.escape(self.path)}</code><br>{html.escape(self.summary)}</div>"]
+        if self.env:
+            h.append(f"<div style='color:#666'>{html.escape(self.env_line())}</div>")
+        if self.checks:
+            h.append("<table><tr><th>problem</th><th>cases</th><th>error (tightest row)</th><th>allowed</th><th>status</th></tr>")
+            for name, r in self._check_rows().items():
+                ok = r["ok"] == r["cases"]
+                h.append(f"<tr><td>{html.escape(name)}</td><td>{r['ok']}/{r['cases']}</td><td>{_fmt_err(r['err'])}</td>"
+                         f"<td>{_fmt_err(r['bound'])}</td><td style='color:{'#1a7f37' if ok else '#cf222e'}'>"
+                         f"{'ok' if ok else html.escape(r['cause'])}</td></tr>")
+            h.append("</table>")
+        rows = [x for x in self.timings if x.times]
+        if rows:
+            cols = self._timing_columns()
+            h.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c, _ in cols) + "</tr>")
+            for x in rows:
+                h.append("<tr>" + "".join(f"<td>{html.escape(f(x, _fmt_stats))}</td>" for _, f in cols) + "</tr>")
+            h.append("</table>")
+            chart = self.chart_png()
+            if chart:
+                h.append(f"<img src='data:image/png;base64,{chart}' style='max-width:100%'>")
+        if self.failures:
+            items = "".join(f"<li><pre style='white-space:pre-wrap'>{html.escape(f)}</pre></li>" for f in self.failures[:5])
+            h.append(f"<details open><summary>what went wrong ({len(self.failures)})</summary><ul>{items}</ul></details>")
+        notes = self.warnings + [n for x in self.timings for n in x.notes]
+        if notes:
+            h.append("<details><summary>notices</summary><ul>" + "".join(
+                f"<li>{html.escape(w)}</li>" for w in notes[:6]) + "</ul></details>")
+        if self.method:
+            h.append("<details><summary>what was checked</summary><ul>"
+                     + "".join(f"<li>{html.escape(m)}</li>" for m in self.method) + "</ul></details>")
+        return "\n".join(h)
+
+    def chart_png(self) -> str | None:
+        """Bars of GPU time per call, yours vs SDPA (and the reference), per timed shape; base64 PNG."""
+        rows = [x for x in self.timings if x.times]
+        if not rows:
+            return None
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        names = [x.problem for x in rows]
+        series = [("yours", "learner", "#cf6a2e"), ("reference", "reference", "#888888"),
+                  ("baseline", "baseline", "#aaaaaa"), ("SDPA", "sdpa", "#2e6fcf")]
+        series = [s for s in series if all(s[1] in x.times for x in rows)]
+        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 3.6), dpi=110)
+        w = 0.8 / len(series)
+        for i, (label, key, c) in enumerate(series):
+            med = [x.times[key].median_us for x in rows]
+            lo = [max(m - x.times[key].p10_us, 0) for m, x in zip(med, rows)]
+            hi = [max(x.times[key].p90_us - m, 0) for m, x in zip(med, rows)]
+            ax.bar([j + i * w for j in range(len(rows))], med, w, yerr=[lo, hi], label=label, color=c, capsize=2)
+        ax.set_yscale("log")
+        ax.set_ylabel("GPU µs per call (log)", fontsize=10)
+        ax.set_xticks([j + w * (len(series) - 1) / 2 for j in range(len(rows))])
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=9)
+        ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.set_title(f"chapter {self.chapter}: GPU time per call on {self.env.get('gpu', '')} "
+                     f"({self.env.get('date', '')})", fontsize=10)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        return base64.b64encode(buf.getvalue()).decode()
+
+
+def _fmt_err(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞"
+    return f"{x:.2e}"
+
+
+def _fmt_stats(m) -> str:
+    return f"{m.median_us:.2f} [{m.p10_us:.2f}–{m.p90_us:.2f}]"
+
+
+def _fmt_short(m) -> str:
+    half = 50 * (m.p90_us - m.p10_us) / m.median_us if m.median_us else math.nan
+    return f"{m.median_us:.4g} ±{half:.1f}%"
+
+
+def _fmt_host(t: TimingResult) -> str:
+    a, b = t.times.get("learner"), t.times.get("sdpa")
+    f = lambda m: "—" if m is None or m.host_us is None else f"{m.host_us:.0f}"   # noqa: E731
+    return f"{f(a)}, {f(b)}"
+
+
+def _fmt_pct(x: float) -> str:
+    return "–" if x != x else f"{x:.2g}%" if x < 10 else f"{x:.0f}%"
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"{x:.0f}×" if x >= 100 else f"{x:.3g}×"

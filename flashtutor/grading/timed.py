@@ -1,0 +1,195 @@
+"""The timed phase of a grading: every timed shape measured with the gated-batch protocol
+(:mod:`.timing`), its outputs re-checked, its traces judged, its disturbances caught."""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+
+from ..problems import Problem
+from .evidence import Cause, TimingResult
+from . import timing as tm
+from . import trace as tr
+
+ATTEMPTS = 3
+
+
+class GraphError(Exception):
+    pass
+
+
+class TimedPhase:
+    def __init__(self, judge):
+        import importlib
+
+        import torch
+        self.j, self.torch = judge, torch
+        self.bench = tm.Bench(judge.arena, judge.events, judge.worker)
+        self.neighbours = tm.Neighbours({os.getpid()})
+        self.rng = random.Random(random.SystemRandom().randrange(1 << 62))
+        self.peaks = None
+        ch = judge.ch
+        self.graph_basis = ch.speed.basis == "graph" or bool(judge.graph)
+        self.local: dict = {}
+        if ch.speed.min_speedup_vs and ch.speed.baseline:
+            self.local["baseline"] = importlib.import_module(ch.speed.baseline).attention
+        if judge.reference and ch.reference:
+            self.local["reference"] = importlib.import_module(ch.reference).attention
+
+    # ---------------------------------------------------------- one shape
+    def shape(self, p: Problem) -> TimingResult:
+        res = TimingResult(p.name, "graph" if self.graph_basis else "stream")
+        lock = self.j.lock.exclusive() if self.j.lock else contextlib.nullcontext()
+        with lock:
+            if self.peaks is None:
+                self.peaks = self._peaks()
+            for attempt in range(ATTEMPTS):
+                self.neighbours.ours = {os.getpid(), self.j.worker.pid}
+                self.neighbours.busy()                       # start NVML's sampling window now
+                try:
+                    run, backend = self._measure(p)
+                except GraphError as e:
+                    res.causes.append(Cause.NOT_CAPTURABLE)
+                    res.messages.append(f"{p.name}: the call could not be replayed from a CUDA graph, and this chapter "
+                                        f"times it that way: {e}")
+                    return res
+                if run.errors:
+                    e = run.errors[0]
+                    cause = e.get("cause", Cause.ERROR)
+                    res.causes.append(cause if isinstance(cause, Cause) else Cause.ERROR)
+                    res.messages.append(f"{p.name} (timing): {e.get('message', '')}")
+                    return res
+                why = self.neighbours.busy() or tm.spread_disturbed(run, ["learner", "sdpa"])
+                if not why:
+                    break
+                time.sleep(0.5 * (attempt + 1))
+            res.disturbed = why
+            if why:
+                res.notes.append(f"timing disturbed after {ATTEMPTS} tries: {why}")
+        res.backend = backend
+        res.times = run.times
+        lt, st = run.times["learner"], run.times["sdpa"]
+        res.ratio = lt.median_us / st.median_us if st.median_us > 0 else None
+        if "baseline" in run.times and lt.median_us > 0:
+            res.speedup_vs_baseline = run.times["baseline"].median_us / lt.median_us
+        if self.peaks:
+            floor = self.peaks.floor_us(p)
+            res.floor_us = floor["floor_us"]
+            from ..roofline import percent_of_floor
+            res.pct_floor = {n: percent_of_floor(m.median_us, floor["floor_us"]) for n, m in run.times.items()}
+            if lt.median_us < 0.9 * floor["floor_us"] and not res.disturbed:
+                res.causes.append(Cause.BELOW_FLOOR)
+                res.messages.append(f"{p.name}: {lt.median_us:.2f} µs per call is faster than the roofline floor "
+                                    f"({floor['floor_us']:.2f} µs) — implausible; is the work really done in this call?")
+        if run.host_bound and "learner" in run.host_bound:
+            res.notes.append("your calls could not be queued ahead: each waited for the host (a synchronisation "
+                             "inside attention()?), so host time is inside your GPU time")
+        self._recheck(p, run, res)
+        self._judge_traces(p, run, res)
+        return res
+
+    def _measure(self, p: Problem):
+        from ..timing import pinned_sdpa
+        from .protocol import slots_that_fit, views
+        torch = self.torch
+        q, k, v, _ = views(self.j.arena, p.shape, 0)
+        q.normal_(), k.normal_(), v.normal_()
+        backend, pinned = pinned_sdpa(q, k, v, causal=p.causal)
+        cands = {"learner": "remote"}
+        with pinned.pinned():
+            cands["sdpa"] = lambda q, k, v, causal: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            for name, fn in self.local.items():
+                cands[name] = lambda q, k, v, causal, fn=fn: fn(q, k, v, causal=causal)
+            capture = self._capture(p, cands) if self.graph_basis else None
+            run = tm.measure_shape(self.bench, p, cands, rounds=self.j.rounds, capture=capture, rng=self.rng,
+                                   max_calls=min(tm.MAX_CALLS, slots_that_fit(self.j.arena.numel(), p.shape)),
+                                   timeout=self.j.time_timeout)
+        return run, backend
+
+    def _capture(self, p: Problem, cands: dict):
+        from .protocol import views
+        torch = self.torch
+
+        def capture(n1, n2):
+            msg = self.j.worker.request(("capture", {"shape": list(p.shape), "causal": p.causal, "ns": [n1, n2]}),
+                                        self.j.time_timeout)
+            if msg["op"] == "error":
+                raise GraphError(msg.get("message", ""))
+            if msg["op"] != "captured" or not msg.get("ok"):
+                raise GraphError(msg.get("message", "no answer"))
+            graphs = {"learner": None}
+            for name, fn in cands.items():
+                if fn == "remote":
+                    continue
+                graphs[name] = {}
+                for n in (n1, n2):
+                    vs = [views(self.j.arena, p.shape, i) for i in range(n)]
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        for q, k, v, _ in vs[:1]:
+                            fn(q, k, v, p.causal)                      # warm: plans, workspaces
+                    torch.cuda.current_stream().wait_stream(side)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        keep = [fn(q, k, v, p.causal) for q, k, v, _ in vs]
+                    g.keep = keep
+                    graphs[name][n] = g
+            graphs["learner"] = {n1: "remote", n2: "remote"}
+            return graphs
+        return capture
+
+    def _peaks(self):
+        from ..roofline import datasheet_peaks, measure_peaks
+        try:
+            return measure_peaks()
+        except Exception:  # noqa: BLE001
+            return datasheet_peaks(self.torch.cuda.get_device_name())
+
+    # ---------------------------------------------------------- evidence from the timed calls
+    def _recheck(self, p: Problem, run, res: TimingResult) -> None:
+        from ..check import check_output
+        bad = None
+        for n, (slot, seed, out, unchanged) in run.snapshots:
+            res.rechecked += 1
+            if not unchanged:
+                bad = bad or f"a timed call modified its inputs (slot {slot} of a batch of {n})"
+                continue
+            q, k, v = self.bench.regenerate(p.shape, seed, p.qk_std)
+            r = check_output(p, q, k, v, out, seed=seed)
+            if not r.ok:
+                where = "the last call" if slot == n - 1 else f"call {slot + 1}"
+                bad = bad or f"{where} of a batch of {n} timed calls: {r.message}"
+        if bad:
+            res.recheck_ok, res.recheck_message = False, bad
+            res.causes.append(Cause.TIMED_OUTPUT_WRONG)
+            res.messages.append(f"{p.name}: the output of a timed call is wrong: {bad}")
+
+    def _judge_traces(self, p: Problem, run, res: TimingResult) -> None:
+        if not self.j.ch.anticheat:
+            return
+        names, busy = set(), 0.0
+        seen = set()
+        for n, t in run.traces:
+            if t is None:
+                findings = [tr.Finding(Cause.UNTRACED, "a timed batch came back without its trace")]
+            else:
+                names |= set(t.names)
+                findings = tr.judge(t, self.j.policy, calls=n)
+            for f in findings:
+                if f.message not in seen:
+                    seen.add(f.message)
+                    res.causes.append(f.cause)
+                    res.messages.append(f"{p.name} (timed calls): {f.message}")
+                    self.j.report.add_trace_findings([f])
+        res.kernels = sorted(names)
+        lt = run.times["learner"]
+        windows = run.windows.get("learner", {})
+        n2 = lt.batch[1]
+        if windows.get(n2):
+            big = [t for n, t in run.traces if n == n2 and t is not None]
+            if big:
+                busy = sum(k.total_us for k in big[-1].kernels)
+                w = sorted(windows[n2])[len(windows[n2]) // 2]
+                res.busy_fraction = busy / w if w > 0 else None

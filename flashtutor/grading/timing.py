@@ -1,0 +1,352 @@
+"""GPU time per call that the worker cannot rewrite and the host does not inflate.
+
+**The gated batch.** The judge queues, on its own stream::
+
+    sleep(T) ─ E0 ─ write the inputs of slots 0…N−1 ─ flush L2 ─ Em ─ A
+
+and tells the worker to run a batch. The worker's stream waits for the interprocess event A, the worker
+issues its N calls (they queue up behind A while the judge's GPU still sleeps), joins every stream it
+created, and records the interprocess event B. The judge's stream waits for B and records E1. The
+window Em→E1 holds the worker's N calls back to back on the GPU — the host's cost of issuing them is
+spent during the sleep, not in the window — and both its ends are events only the judge records. The
+judge checks that the gate held (Em had not passed when the worker reported its calls queued); when it
+did not, the batch is redone with a longer sleep.
+
+**The slope.** A window also holds constant costs (two interprocess hops, a context switch: about
+300 µs on an H100). Timing batches of N1 and N2 calls and taking (W(N2) − W(N1)) / (N2 − N1) removes
+them. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
+baseline); the reported time is the median over rounds, with the 10th–90th percentile of the rounds.
+SDPA and the course's kernels run in the judge's process in the same gated way, with the same tracer
+on, so both sides carry the same tracing cost.
+
+**Cold inputs.** Every call of a batch gets its own slot of fresh random inputs, and the flush after
+writing them evicts them from L2: each call reads its q, k, v from device memory, as a flush before
+every call would give, without the flush's time or the host's launch cost inside the window.
+
+**Disturbance.** Another process on the GPU time-slices with the worker and the judge. The judge asks
+NVML which processes use the GPU, and looks at the spread of the rounds; when either says the GPU was
+not ours, it re-times the shape, and after three tries reports "disturbed": the speed verdict is then
+"re-run", never a failure.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .evidence import Measurement, Trace
+
+L2_FLUSH_BYTES = 256 << 20
+SPREAD_LIMIT = 0.10             # rounds whose slopes spread more than this (p90−p10 over median): disturbed
+TARGET_WINDOW_US = 2500.0       # the larger batch's length on the GPU
+MAX_CALLS = 64
+MIN_CALLS = 4
+
+
+# ---------------------------------------------------------------- one GPU, several gradings --------
+class GpuLock:
+    """Timed sections alone on the GPU: a grading's correctness calls take the lock shared, its timed
+    shapes take it exclusive (a turnstile keeps new shared holders from starving a waiting timer)."""
+
+    def __init__(self, folder: Path | None = None):
+        folder = folder or Path(os.environ.get("FLASHTUTOR_CACHE", Path.home() / ".cache" / "flashtutor"))
+        folder.mkdir(parents=True, exist_ok=True)
+        self.turnstile = open(folder / "gpu.turnstile", "a+")
+        self.main = open(folder / "gpu.lock", "a+")
+
+    @contextlib.contextmanager
+    def shared(self):
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        fcntl.flock(self.main, fcntl.LOCK_SH)
+        fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.main, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.main, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self.main, fcntl.LOCK_UN)
+        finally:
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------- who else is on the GPU ------------
+class Neighbours:
+    """Processes other than ours computing on this GPU, from NVML (absent: we rely on the spread)."""
+
+    def __init__(self, ours: set[int]):
+        self.ours = set(ours)
+        self.handle = None
+        self.last = 0
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            import torch
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        except Exception:  # noqa: BLE001 — no NVML here
+            self.handle = None
+
+    def busy(self) -> str:
+        """'' or a description of the other processes that computed on the GPU since the last call.
+
+        Only processes NVML saw using the SMs count (a notebook or another grading's idle worker holds a
+        CUDA context without disturbing anything); where the driver gives no per-process use, this says
+        nothing and the spread of the rounds decides."""
+        if self.handle is None:
+            return ""
+        nv = self.nvml
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(self.handle, self.last)
+        except Exception:  # noqa: BLE001 — not supported here (or no samples yet)
+            return ""
+        self.last = max([s.timeStamp for s in samples] + [self.last])
+        active = sorted({s.pid for s in samples if s.pid not in self.ours and (s.smUtil or 0) > 0})
+        if not active:
+            return ""
+        return (f"{len(active)} other process{'es' if len(active) > 1 else ''} computed on this GPU "
+                f"(pid {', '.join(map(str, active[:4]))})")
+
+
+# ---------------------------------------------------------------- the batches -----------------------
+@dataclass
+class BatchRun:
+    window_us: float
+    held: bool
+    host_us: float                       # per call
+    trace: Trace | None = None
+    snapshots: list = field(default_factory=list)   # (slot, seed, out clone)
+    error: dict | None = None            # the worker's error message, if the batch failed
+
+
+def _clock_cycles_per_us() -> float:
+    try:
+        from cuda.core import Device
+        return Device().properties.clock_rate / 1e3       # kHz -> cycles per µs
+    except Exception:  # noqa: BLE001
+        return 1980.0
+
+
+class Bench:
+    """Gated batches on the shared arena, for local candidates (callables in this process) and the
+    worker. ``fill(slot_flat_view, seed)`` writes one slot's q, k, v."""
+
+    def __init__(self, arena, events=None, worker=None, trace_local: bool = True):
+        import torch
+        from ..timing import L2Flusher
+        self.torch = torch
+        self.arena = arena
+        self.A, self.B = events or (None, None)
+        self.worker = worker
+        self.flush = L2Flusher(L2_FLUSH_BYTES)
+        self.cycles = _clock_cycles_per_us()
+        self.gen = torch.Generator(device="cuda")
+        self.trace_local = trace_local
+        self.judge_enqueue_us = 2000.0
+
+    def write_inputs(self, shape, n: int, seeds: list[int], qk_std: float) -> None:
+        from .protocol import inputs_view, numel, views
+        m = numel(shape)
+        for i in range(n):
+            flat = inputs_view(self.arena, shape, i)
+            self.gen.manual_seed(seeds[i])
+            flat.normal_(generator=self.gen)
+            if qk_std != 1.0:
+                flat[: 2 * m].mul_(qk_std)
+            views(self.arena, shape, i)[3].fill_(float("nan"))
+
+    def regenerate(self, shape, slot_seed: int, qk_std: float):
+        """The inputs a slot was given (for re-checking a timed output), in fresh memory."""
+        from .protocol import numel
+        m = numel(shape)
+        flat = self.torch.empty(3 * m, dtype=self.arena.dtype, device=self.arena.device)
+        self.gen.manual_seed(slot_seed)
+        flat.normal_(generator=self.gen)
+        if qk_std != 1.0:
+            flat[: 2 * m].mul_(qk_std)
+        return tuple(flat[j * m:(j + 1) * m].view(*shape) for j in range(3))
+
+    def batch(self, cand, problem, n: int, *, seeds: list[int], sleep_us: float, snapshot=(),
+              graph=None, timeout: float = 120.0) -> BatchRun:
+        """One gated batch of ``n`` calls of ``cand`` ("remote" = the worker, or a callable)."""
+        torch = self.torch
+        from .protocol import views
+        shape = problem.shape
+        E0, Em, E1 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        t0 = time.perf_counter()
+        torch.cuda._sleep(int(min(sleep_us, 2e6) * self.cycles))
+        E0.record()
+        self.write_inputs(shape, n, seeds, problem.qk_std)
+        self.flush()
+        Em.record()
+        snaps, trace, err = [], None, None
+        if cand == "remote":
+            self.A.record()
+            self.judge_enqueue_us = (time.perf_counter() - t0) * 1e6
+            msg = self.worker.request(("batch", {"shape": list(shape), "causal": problem.causal, "n": n,
+                                                 "graph": graph is not None, "nonce": f"{random.getrandbits(64):016x}"}),
+                                      timeout=timeout)
+            held = not Em.query()
+            if msg["op"] != "done":
+                torch.cuda.current_stream().synchronize()
+                return BatchRun(float("nan"), held, float("nan"), error=msg)
+            host_us = msg["host_ns"] / 1e3 / max(n, 1)
+            torch.cuda.current_stream().wait_event(self.B)
+            E1.record()
+            outs = [(s, views(self.arena, shape, s)[3].clone()) for s in snapshot]
+            trace_msg = self.worker.receive(timeout=timeout)
+            trace = trace_msg.get("trace") if trace_msg["op"] == "trace" else None
+            E1.synchronize()
+            for s, out in outs:       # were the inputs left as written? (the next batch overwrites them)
+                given = self.regenerate(shape, seeds[s], problem.qk_std)
+                unchanged = all(torch.equal(a, b) for a, b in zip(given, views(self.arena, shape, s)[:3]))
+                snaps.append((s, seeds[s], out, unchanged))
+        else:
+            outs = []
+            prof = _profile() if self.trace_local else contextlib.nullcontext()
+            with prof:
+                self.judge_enqueue_us = (time.perf_counter() - t0) * 1e6
+                t1 = time.perf_counter()
+                if graph is not None:
+                    graph.replay()
+                else:
+                    for i in range(n):
+                        q, k, v, _ = views(self.arena, shape, i)
+                        outs.append(cand(q, k, v, problem.causal))
+                host_us = (time.perf_counter() - t1) * 1e6 / max(n, 1)
+                held = not Em.query()
+                E1.record()
+                E1.synchronize()
+        return BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err)
+
+
+def _profile():
+    from torch.profiler import ProfilerActivity, profile
+    return profile(activities=[ProfilerActivity.CUDA])
+
+
+# ---------------------------------------------------------------- a shape, all candidates -----------
+@dataclass
+class ShapeRun:
+    times: dict[str, Measurement]
+    windows: dict[str, dict[int, list[float]]]
+    traces: list                          # (calls, Trace) per batch of yours
+    snapshots: list                       # (slot, seed, output, inputs unchanged)
+    disturbed: str = ""
+    errors: list[dict] = field(default_factory=list)
+    host_bound: list[str] = field(default_factory=list)
+
+
+def sleep_for(bench: Bench, n: int, host_us: float, factor: float) -> float:
+    return factor * (bench.judge_enqueue_us + n * host_us) + 3000.0
+
+
+def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, capture=None,
+                  rng: random.Random | None = None, rechecks: int = 4, max_calls: int = MAX_CALLS,
+                  timeout: float = 120.0, sizes: tuple[int, int] | None = None) -> ShapeRun:
+    """Time every candidate on ``problem``. ``cands``: name -> "remote" or a callable (q, k, v, causal).
+    ``capture(n1, n2)`` -> {name: {n: graph}} for graph-basis timing (None: calls issued one by one);
+    it may raise GraphError. ``sizes``: the two batch sizes (default: chosen from a first estimate so the
+    larger batch lasts about :data:`TARGET_WINDOW_US`, within ``max_calls``)."""
+    graphs = None
+    rng = rng or random.Random()
+    seed = lambda: rng.randrange(1 << 62)   # noqa: E731
+    host = {name: 300.0 for name in cands}
+    errors: list[dict] = []
+    # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time
+    est = {}
+    for name, c in cands.items():
+        for n in (1, 3) if sizes is None else (1,):
+            r = bench.batch(c, problem, n, seeds=[seed() for _ in range(n)], sleep_us=50000.0,
+                            timeout=max(timeout, 600.0))
+            if r.error:
+                errors.append(r.error)
+                return ShapeRun({}, {}, [], [], errors=errors)
+            host[name] = r.host_us
+            est.setdefault(name, {})[n] = r.window_us
+    if sizes is None:
+        per_call = max(max((e[3] - e[1]) / 2 for e in est.values()), 0.5)
+        n2 = int(min(max(TARGET_WINDOW_US / per_call, MIN_CALLS), max_calls))
+        sizes = (max(1, n2 // 4), n2)
+    n1, n2 = sizes
+    if capture is not None:
+        graphs = capture(n1, n2)
+    windows = {name: {n1: [], n2: []} for name in cands}
+    held = {name: [] for name in cands}
+    traces: list[Trace] = []
+    snaps = []
+    remote = [name for name, c in cands.items() if c == "remote"]
+    check_batches = set()
+    if remote:
+        total = rounds * 2
+        check_batches = set(rng.sample(range(total), k=min(max(1, rechecks // 2), total)))
+    batch_no = 0
+    names = list(cands)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in ((n1, n2) if r % 2 == 0 else (n2, n1)):
+            for name in order:
+                c = cands[name]
+                g = (graphs or {}).get(name)
+                snapshot = ()
+                if c == "remote":
+                    if batch_no in check_batches:
+                        snapshot = tuple(sorted({n - 1, *rng.sample(range(n), k=min(1, n))}))
+                    batch_no += 1
+                factor = 1.5
+                for _ in range(3):
+                    run = bench.batch(c, problem, n, seeds=[seed() for _ in range(n)], snapshot=snapshot,
+                                      sleep_us=sleep_for(bench, n, host[name], factor),
+                                      graph=g.get(n) if g else None, timeout=timeout)
+                    if run.error or run.held:
+                        break
+                    factor *= 3
+                if run.error:
+                    errors.append(run.error)
+                    return ShapeRun({}, windows, traces, snaps, errors=errors)
+                windows[name][n].append(run.window_us)
+                held[name].append(run.held)
+                host[name] = 0.8 * host[name] + 0.2 * run.host_us if run.host_us == run.host_us else host[name]
+                if c == "remote":
+                    traces.append((n, run.trace))
+                snaps.extend((n, s) for s in run.snapshots)
+    times = {}
+    for name in cands:
+        w1, w2 = windows[name][n1], windows[name][n2]
+        slopes = sorted((b - a) / (n2 - n1) for a, b in zip(w1, w2))
+        med = statistics.median(slopes)
+        times[name] = Measurement(med, _q(slopes, 0.1), _q(slopes, 0.9), len(slopes), host_us=host[name],
+                                  batch=(n1, n2), gate_held=sum(held[name]) / len(held[name]))
+    host_bound = [n for n in cands if times[n].gate_held < 0.5]
+    return ShapeRun(times, windows, traces, snaps, host_bound=host_bound)
+
+
+def spread_disturbed(run: ShapeRun, names) -> str:
+    bad = []
+    for n in names:
+        m = run.times.get(n)
+        if m and m.median_us > 0 and m.spread > SPREAD_LIMIT:
+            bad.append(f"{n}'s rounds spread {100 * m.spread:.0f}% (p10 {m.p10_us:.1f}, p90 {m.p90_us:.1f} µs)")
+    return "; ".join(bad)
+
+
+def _q(xs, q):
+    xs = sorted(xs)
+    if len(xs) == 1:
+        return xs[0]
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
