@@ -179,10 +179,19 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
 // The compiler must not move reads or writes of accumulator registers across the asynchronous region
 // (it does not know that wgmma writes them later than the asm statement): pin each one here.
+// (CUTLASS calls this warpgroup_fence_operand.) Used before wgmma_fence for the registers wgmma reads,
+// and after wgmma_wait for the ones it wrote.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(u32 (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][r]) :: "memory");
 }
 
 #define FT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
@@ -374,8 +383,9 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
             for (int r = 0; r < 4; ++r) p[kk][r] = pack_half2(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
 
         // O += P·V_j: Bc/16 wgmma steps along the keys, each 64×D×16.
-        wgmma_fence();
-        fence_regs(acc);
+        fence_regs(acc);                                                  // the rescaled acc and P are written...
+        fence_regs(p);
+        wgmma_fence();                                                    // ...before the tensor cores read them
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; ++kk) {
             const u64 db = make_desc(sV + s * L::KV_BYTES + kk * 16 * 128, Bc * 128, SWIZZLE_ATOM);
