@@ -90,6 +90,12 @@
 #include <cuda_fp16.h>
 #include <math_constants.h>   // CUDART_INF_F = +infinity as a float
 
+// wgmma and setmaxnreg exist only in sm_90a code (the "a": features of this one chip, not carried to
+// later GPUs). Compiled for anything else, say so instead of failing on the first unknown instruction.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "chapter 7's kernels need an sm_90a target (H100/H200): wgmma and setmaxnreg exist only there"
+#endif
+
 using u32 = unsigned int;            // NVRTC has no <cstdint>: 32- and 64-bit unsigned integers by hand
 using u64 = unsigned long long;
 
