@@ -334,7 +334,7 @@ def main():
     for i, (key, module) in enumerate(steps.items()):
         # share the remaining time budget among the remaining steps' timing
         left = BUDGET_S - (time.time() - t_start)
-        deadline = time.time() + max(20.0, left / (len(steps) - i) - 25)
+        deadline = time.time() + max(30.0, (left - 15) / (len(steps) - i))   # 15 s kept for the stub
         args = ["--worker", module, "--deadline", str(deadline)]
         args += ["--no-check"] if a.no_check else []
         args += ["--no-time"] if a.no_time else []
