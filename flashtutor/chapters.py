@@ -132,7 +132,7 @@ CHAPTERS: dict[str, Chapter] = {
         key="07", slug="07_hopper", title="Hopper: TMA, wgmma, warp specialization", kind="cuda",
         files=("attention.py", "attention.cu"),
         check_sets=("seed", "small", "odd", "large"), time_sets=("seed", "large"),
-        sass=SassRule(require=("HGMMA", "UTMALDG"), no_spills=True),   # wgmma and TMA loads, as nvdisasm names them
+        sass=SassRule(require=("HGMMA", "UTMALDG"), no_spills=True),   # wgmma and TMA loads, as cuobjdump -sass prints them
         reference="flashtutor.kernels.k07b_warp_specialized",
     ),
 }
