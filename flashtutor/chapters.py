@@ -128,6 +128,13 @@ CHAPTERS: dict[str, Chapter] = {
             "2026-11-21, tests/test_ch06.py and flashtutor.kernels.bench06)")),
         reference="flashtutor.kernels.k06_multihead",
     ),
+    "07": Chapter(
+        key="07", slug="07_hopper", title="Hopper: TMA, wgmma, warp specialization", kind="cuda",
+        files=("attention.py", "attention.cu"),
+        check_sets=("seed", "small", "odd", "large"), time_sets=("seed", "large"),
+        sass=SassRule(require=("HGMMA", "UTMALDG"), no_spills=True),   # wgmma and TMA loads, as cuobjdump -sass prints them
+        reference="flashtutor.kernels.k07b_warp_specialized",
+    ),
 }
 
 

@@ -1,0 +1,431 @@
+// Chapter 7 (step b of the chapter) — warp specialization: a producer warp feeds two consumer
+// warpgroups through a TMA + mbarrier ring, and setmaxnreg moves registers from one to the others.
+//
+// The idea: in step a one warpgroup did everything in turn, and one of its threads also issued the
+// TMA requests between tiles. Here the block has three warpgroups with fixed roles:
+//   warpgroup 0, the producer: one thread issues every TMA request (Q once, then K_j, V_j into the
+//     ring), waiting only for a slot to be released; the other 127 threads have nothing to do;
+//   warpgroups 1 and 2, the consumers: 64 query rows each (Br = 128 per block), both reading the same
+//     K/V slots: S = Q·K_jᵀ and O += P·V_j on wgmma, the online softmax in registers, as in step a.
+// The ring now needs two barriers per slot: kv_full[s] (the producer's expect_tx + TMA's bytes: "tile
+// landed") and kv_empty[s] (one arrival per consumer warpgroup: "done reading, refill it"). Phases:
+// slot s holds tiles s, s + STAGES, s + 2·STAGES, …; tile j is fill u = j / STAGES of its slot, so
+// consumers wait kv_full[s] for parity u & 1, and the producer, before fill u ≥ 1, waits kv_empty[s]
+// for the release of fill u - 1, parity (u - 1) & 1.
+//
+// Registers: the block has 384 threads, so at launch each may have 65536 / 384 = 170 registers (168,
+// a multiple of 8). The producer needs a handful, the consumers hold S [64, 128] and O [64, D] in fp32
+// (64 + 64 registers at D = 128), P in fp16 (32) and addresses. setmaxnreg (sm_90a) rebalances per
+// warpgroup at run time: the producer gives back down to 24, each consumer takes up to 240:
+//     128 · 24 + 2 · 128 · 240 = 64512 ≤ 65536.
+// ptxas honours it only with a register cap at entry (__launch_bounds__(384, 1)) and when each role is
+// one branch of a single if/else (otherwise it warns C7508 "setmaxnreg ignored").
+//
+// Causal masking skips whole tiles: a block of rows q0..q0+127 needs key tiles up to its last row
+// only (the producer never loads the others), and only tiles crossing the diagonal or the end of the
+// sequence are masked element by element.
+//
+// What changed since step a: the roles (producer warp / 2 consumer warpgroups), kv_empty barriers and
+// the phase arithmetic, Br = 128 and Bc = 128 (wgmma N = 128 for S), setmaxnreg.
+// The consumers' `ready` flag and the producer's check of `abort` exist for the exercise: an
+// unwritten wait leaves `ready` false, the consumers stop at once and raise `abort`, and the producer,
+// instead of waiting forever for a slot nobody will release, waits for its copies in flight and
+// leaves — the output stays unwritten (NaN under the grader) instead of the kernel hanging.
+//
+// Limitation: each consumer still runs its two GEMMs and its softmax one after the other (wgmma wait
+// right after each GEMM): while a warpgroup computes exp2, the tensor cores only have the other
+// warpgroup's GEMMs, whenever they happen to coincide. Step c orders them (ping-pong) and overlaps
+// the next Q·Kᵀ with the current softmax within a warpgroup.
+//
+// Not yet run on a GPU (written on a CPU machine; compiles for sm_90a). The header of
+// k07a_wgmma_tma.cu explains TMA, the 128-byte swizzle, the wgmma descriptor and fragment layouts.
+#include <cuda_fp16.h>
+#include <math_constants.h>   // CUDART_INF_F = +infinity as a float
+
+// wgmma and setmaxnreg exist only in sm_90a code (the "a": features of this one chip, not carried to
+// later GPUs). Compiled for anything else, say so instead of failing on the first unknown instruction.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "chapter 7's kernels need an sm_90a target (H100/H200): wgmma and setmaxnreg exist only there"
+#endif
+
+using u32 = unsigned int;            // NVRTC has no <cstdint>: 32- and 64-bit unsigned integers by hand
+using u64 = unsigned long long;
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, encoded on the host by
+// cuTensorMapEncodeTiled (flashtutor/loaders/tma.py). cuda.h declares it the same way but does not
+// compile under NVRTC (it includes stdlib.h), hence this copy.
+struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
+
+constexpr int CONSUMERS = 2;                  // consumer warpgroups per block
+constexpr int Br = 64 * CONSUMERS;            // query rows per block: 64 (wgmma's M) per consumer
+constexpr int Bc = 128;                       // keys per K/V tile: the N of S = Q·Kᵀ
+constexpr int STAGES = 2;                     // K/V ring slots
+constexpr int THREADS = 128 * (1 + CONSUMERS);   // producer warpgroup + consumers: 384
+constexpr int PRODUCER_REGS = 24;             // setmaxnreg targets (multiples of 8, 24..256):
+constexpr int CONSUMER_REGS = 240;            //   128·24 + 256·240 = 64512 ≤ 65536 registers per SM
+constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
+constexpr int SWIZZLE_ATOM = 1024;            // 8 rows × 128 bytes: the swizzle pattern repeats after this
+
+// Dynamic shared memory, in bytes (the launcher adds SWIZZLE_ATOM bytes of slack to align the start).
+template <int D>
+struct Layout {
+    static constexpr int BOXES = D / BOX;                  // 64-column boxes per row: 1 (D 64) or 2 (D 128)
+    static constexpr int Q_BYTES = Br * D * 2;             // Q tile        [BOXES][Br][64] fp16, swizzled
+    static constexpr int KV_BYTES = Bc * D * 2;            // a K or V tile [BOXES][Bc][64] fp16, swizzled
+    static constexpr int Q_OFF = 0;
+    static constexpr int K_OFF = Q_OFF + Q_BYTES;          // K ring       [STAGES] K tiles
+    static constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;   // V ring    [STAGES] V tiles
+    static constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES; // mbarriers: q_full, kv_full[STAGES], kv_empty[STAGES]
+    static constexpr int ABORT_OFF = BAR_OFF + 8 * (1 + 2 * STAGES);   // u32: the consumers gave up (exercise stub)
+    static constexpr int BYTES = ABORT_OFF + 8;
+    static_assert(D % BOX == 0, "D must be a multiple of 64");
+    static_assert(Q_BYTES % SWIZZLE_ATOM == 0 && KV_BYTES % SWIZZLE_ATOM == 0, "tiles start on swizzle atoms");
+};
+extern __shared__ __align__(1024) unsigned char smem_raw[];
+
+// ---------------------------------------------------------------- PTX wrappers -------------------
+__device__ __forceinline__ u32 smem_u32(const void* p) {   // generic → shared-window address
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// mbarrier: init with the number of arrivals that complete a phase (here 1: the thread that posts
+// expect_tx; TMA's bytes complete the rest).
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+// Make the initialised barriers visible to the async proxy (the TMA unit) before it signals them.
+__device__ __forceinline__ void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Arrive once and announce `bytes` more bytes to come (TMA's complete_tx counts them down).
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+// True once the phase with this parity has completed. A barrier's phases alternate 0, 1, 0, ...; a
+// waiter that knows how many times the barrier has completed before (u) waits for parity u & 1.
+__device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
+    u32 done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    while (!mbar_try_wait(bar, parity)) {}   // try_wait itself sleeps a little before it says no
+}
+// Arrive once, with no bytes: a consumer warpgroup's "done reading this slot".
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+// Wait like mbar_wait, but give up (return false) once *abort is set: the producer's wait for a slot,
+// which nobody would ever release if the consumers' loop is still the exercise's stub.
+__device__ __forceinline__ bool mbar_wait_or_abort(u32 bar, u32 parity, const volatile u32* abort) {
+    while (!mbar_try_wait(bar, parity))
+        if (*abort) return false;
+    return true;
+}
+// Change this warpgroup's registers per thread at run time (every warp of the warpgroup executes it).
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R)); }
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R)); }
+
+// TMA: copy the box at (col, row) of the 2-D tensor described by `map` to shared memory at `dst`,
+// and count its bytes off barrier `bar`. Rows or columns outside the tensor arrive as zeros.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* map, int col, int row, u32 bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {   // descriptor into cache
+    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(map)) : "memory");
+}
+
+// The 64-bit shared-memory matrix descriptor (see the header), 128-byte swizzle.
+__device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo_bytes, u32 sbo_bytes) {
+    return (u64)((addr & 0x3FFFF) >> 4)          // bits  0-13: start address >> 4
+         | (u64)(lbo_bytes >> 4) << 16           // bits 16-29: leading byte offset >> 4
+         | (u64)(sbo_bytes >> 4) << 32           // bits 32-45: stride byte offset >> 4
+         | (u64)1 << 62;                         // bits 62-63: 1 = 128-byte swizzle
+}
+
+// wgmma bookkeeping. fence: order this thread's register writes (P, a rescaled O) before the
+// asynchronous tensor-core reads; commit: close a group of issued wgmma; wait<N>: block until at most
+// N groups are still running (their results are then in the registers).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+// The compiler must not move reads or writes of accumulator registers across the asynchronous region
+// (it does not know that wgmma writes them later than the asm statement): pin each one here.
+// (CUTLASS calls this warpgroup_fence_operand.) Used before wgmma_fence for the registers wgmma reads,
+// and after wgmma_wait for the ones it wrote.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(u32 (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][r]) :: "memory");
+}
+
+#define FT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                 "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d[64, N] (+)= A[64, 16] · B[16, N], A and B in shared memory (K-major), fp16 in, fp32 accumulate.
+// scale_d = 0 overwrites d (the first k-step of S = Q·Kᵀ), 1 accumulates.
+template <int N> __device__ void wgmma_ss(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d);
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+                 " %32, %33, p, 1, 1, 0, 0;\n}"
+                 : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+                 " %64, %65, p, 1, 1, 0, 0;\n}"
+                 : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24), FT_D8(32), FT_D8(40), FT_D8(48), FT_D8(56)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+// d[64, N] += A[64, 16] · B[16, N], A from registers (4 × 32 bits = 8 fp16 per thread, the layout of
+// the header), B in shared memory MN-major (the trailing 1 = "transpose B").
+template <int N> __device__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b);
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[32], const u32 (&a)[4], u64 desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+                 " {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+                 : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const u32 (&a)[4], u64 desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+                 " {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
+                 : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24), FT_D8(32), FT_D8(40), FT_D8(48), FT_D8(56)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+#undef FT_D8
+
+// 2^x in one instruction (SASS MUFU.EX2); .ftz flushes results below 2^-126 to 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ u32 pack_half2(float lo, float hi) {   // lo → bits 0-15
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&h);
+}
+
+// ---------------------------------------------------------------- the kernel ---------------------
+template <int D>
+struct Smem {                                      // shared-memory addresses of one block's tiles and barriers
+    u32 q, k, v;                                   // Q [BOXES][Br][64]; K, V rings [STAGES][BOXES][Bc][64]
+    u32 q_full, kv_full, kv_empty;                 // barriers (kv_full + 8s, kv_empty + 8s for slot s)
+    volatile u32* abort;                           // set by consumers that gave up (the exercise stub)
+    __device__ explicit Smem(u32 base) {
+        using L = Layout<D>;
+        q = base + L::Q_OFF; k = base + L::K_OFF; v = base + L::V_OFF;
+        q_full = base + L::BAR_OFF; kv_full = q_full + 8; kv_empty = kv_full + 8 * STAGES;
+        abort = reinterpret_cast<volatile u32*>(smem_raw + (base - smem_u32(smem_raw)) + L::ABORT_OFF);
+    }
+};
+
+// The producer: one thread posts Q, then every K/V tile into the ring, each slot once it is released.
+template <int D>
+__device__ __forceinline__ void producer(const Smem<D>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
+                                         const CUtensorMap* tmV, int row0, int q0, int n_tiles) {
+    using L = Layout<D>;
+    mbar_arrive_expect_tx(sm.q_full, L::Q_BYTES);
+#pragma unroll
+    for (int b = 0; b < L::BOXES; ++b) tma_load_2d(sm.q + b * Br * 128, tmQ, b * BOX, row0 + q0, sm.q_full);
+    int j = 0;
+    for (; j < n_tiles; ++j) {
+        const int s = j % STAGES, u = j / STAGES;                    // slot, and which fill of it this is
+        if (u > 0 && !mbar_wait_or_abort(sm.kv_empty + 8 * s, (u - 1) & 1, sm.abort))
+            break;                                                   // the consumers gave up (exercise stub)
+        mbar_arrive_expect_tx(sm.kv_full + 8 * s, 2 * L::KV_BYTES);   // K_j and V_j: 2 · Bc · D · 2 bytes
+#pragma unroll
+        for (int b = 0; b < L::BOXES; ++b) {
+            tma_load_2d(sm.k + s * L::KV_BYTES + b * Bc * 128, tmK, b * BOX, row0 + j * Bc, sm.kv_full + 8 * s);
+            tma_load_2d(sm.v + s * L::KV_BYTES + b * Bc * 128, tmV, b * BOX, row0 + j * Bc, sm.kv_full + 8 * s);
+        }
+    }
+    // Before leaving, let the last copies land: a block must not end with TMA still writing into its
+    // shared memory. (In a working kernel the consumers have waited for them already: this returns at once.)
+    for (int t = max(0, j - STAGES); t < j; ++t) mbar_wait(sm.kv_full + 8 * (t % STAGES), (t / STAGES) & 1);
+}
+
+// A consumer warpgroup: 64 query rows, q0c .. q0c + 63, against every K/V tile the producer loads.
+template <int D>
+__device__ __forceinline__ void consumer(const Smem<D>& sm, int c, __half* __restrict__ O, int row0, int q0,
+                                         int n_tiles, int S, float scale_log2, int causal) {
+    using L = Layout<D>;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
+    const int q0c = q0 + 64 * c;                                          // this warpgroup's first query row
+    const u32 sQ = sm.q + c * 64 * 128;                                   // its 64 rows of each Q box
+    const int r_lo = 16 * warp + lane / 4;                                // this thread's rows: r_lo, r_lo + 8
+    const int c_lane = 2 * (lane % 4);                                    // its first column in each 8-column chunk
+    float acc[D / 2];                                                     // O accumulator [64, D] fp32 (this thread's share)
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+    float m_i[2] = {-CUDART_INF_F, -CUDART_INF_F};                        // running row max, log2 units
+    float l_i[2] = {0.f, 0.f};                                            // running row sum (this thread's columns)
+
+    mbar_wait(sm.q_full, 0);
+    bool unwritten = false;
+    for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % STAGES;
+        const int k0 = j * Bc;                                            // first key of tile j
+        bool ready = false;                                               // slot s holds tile j
+        // TODO: wait until slot s holds tile j — kv_full[s] (address sm.kv_full + 8 * s) completes once per fill, and tile j is fill j / STAGES of its slot, so wait for parity (j / STAGES) & 1 with mbar_wait; then set ready = true.
+        if (!ready) {                                                     // the exercise's stub: stop, write nothing,
+            if (tid == 0) *sm.abort = 1;                                  // and tell the producer not to wait for us
+            unwritten = true;
+            break;
+        }
+
+        // S = Q·K_jᵀ: D/16 wgmma steps along D, each 64×Bc×16.
+        float sc[Bc / 2];                                                 // scores [64, Bc] fp32 (this thread's share)
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const u32 in_box = (kk % 4) * 32;                             // 16 halves = 32 bytes per step, in the row
+            const u64 da = make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM);
+            const u64 db = make_desc(sm.k + s * L::KV_BYTES + (kk / 4) * Bc * 128 + in_box, 16, SWIZZLE_ATOM);
+            wgmma_ss<Bc>(sc, da, db, kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(sc);
+
+        // Mask keys past S, and (causal) keys after the query, where the tile can have any.
+        if (k0 + Bc > S || (causal && k0 + Bc - 1 > q0c)) {
+#pragma unroll
+            for (int i = 0; i < Bc / 2; ++i) {
+                const int col = k0 + 8 * (i / 4) + c_lane + (i % 2);
+                const int row = q0c + r_lo + 8 * ((i / 2) % 2);
+                if (col >= S || (causal && col > row)) sc[i] = -CUDART_INF_F;
+            }
+        }
+        // Online softmax, row by row: h = 0 is row r_lo, h = 1 is row r_lo + 8; element sc[i] is in row
+        // h = (i / 2) % 2. Afterwards sc holds p = 2^(s·scale_log2 - m_i), and acc is rescaled.
+        float alpha[2];
+        // TODO: for each h: mx = the max of the row's sc[i] over this thread, then over its quad (__shfl_xor_sync with 1 and 2); m_new = max(m_i[h], mx · scale_log2); base = m_new, or 0 if m_new is -inf (no key yet: avoids inf - inf); alpha[h] = fast_exp2(m_i[h] - base); sc[i] = fast_exp2(sc[i] · scale_log2 - base) (one fmaf) summed into this thread's part of the row sum; l_i[h] = alpha[h] · l_i[h] + sum; m_i[h] = m_new. Then acc[i] *= alpha[(i / 2) % 2].
+
+        // P (fp16) as wgmma's A operand: keys 16kk..16kk+15 are sc[8kk .. 8kk + 7].
+        u32 p[Bc / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) p[kk][r] = pack_half2(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+
+        // O += P·V_j: Bc/16 wgmma steps along the keys, each 64×D×16.
+        fence_regs(acc);                                                  // the rescaled acc and P are written...
+        fence_regs(p);
+        wgmma_fence();                                                    // ...before the tensor cores read them
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk) {
+            const u64 db = make_desc(sm.v + s * L::KV_BYTES + kk * 16 * 128, Bc * 128, SWIZZLE_ATOM);
+            wgmma_rs<D>(acc, p[kk], db);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();                                                  // this warpgroup's reads of slot s are done
+        fence_regs(acc);
+
+        // TODO: release slot s: one arrival per consumer warpgroup (its thread tid == 0) on kv_empty[s] (sm.kv_empty + 8 * s) with mbar_arrive — the barrier was initialised to expect CONSUMERS arrivals.
+    }
+    if (unwritten) return;
+
+    // O = acc / l: the row sum is spread over the quad; add it up first.
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = l_i[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[h] = 1.f / l;                                                 // l > 0: every row sees key 0
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = q0c + r_lo + 8 * h;
+        if (row >= S) continue;                                           // padding rows of the last tile
+        __half* out = O + (size_t)(row0 + row) * D + c_lane;
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {                              // 2 columns per 8-column chunk
+            const int i = 4 * n8 + 2 * h;
+            *reinterpret_cast<u32*>(out + 8 * n8) = pack_half2(acc[i] * inv[h], acc[i + 1] * inv[h]);
+        }
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B·H·S, D] fp16, box [Br, 64]
+                                                const CUtensorMap* tmK,   // [B·H·S, D] fp16, box [Bc, 64]
+                                                const CUtensorMap* tmV,   // [B·H·S, D] fp16, box [Bc, 64]
+                                                __half* __restrict__ O,   // [B, H, S, D]
+                                                int S, float scale_log2, int causal) {
+    // Align the tiles to a swizzle atom (the launcher allocated SWIZZLE_ATOM bytes of slack for this).
+    const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
+    const Smem<D> sm(base);
+    const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
+    // Grid (⌈S/Br⌉, B·H); query tiles in reverse order, so that under causal masking the longest
+    // blocks start first.
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * Br;                     // first query row of this block
+    const int row0 = blockIdx.y * S;                                      // this head's first row in [B·H·S, D]
+    const int n_key_tiles = (S + Bc - 1) / Bc;
+    const int last_row = min(q0 + Br, S) - 1;
+    const int n_tiles = causal ? min(n_key_tiles, last_row / Bc + 1) : n_key_tiles;   // causal: skip tiles past the diagonal
+
+    if (threadIdx.x == 0) {
+        tma_prefetch_map(tmQ); tma_prefetch_map(tmK); tma_prefetch_map(tmV);
+        mbar_init(sm.q_full, 1);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(sm.kv_full + 8 * s, 1);                             // the producer's arrive + TMA's bytes
+            mbar_init(sm.kv_empty + 8 * s, CONSUMERS);                    // one arrival per consumer warpgroup
+        }
+        *sm.abort = 0;
+        fence_barrier_init();
+    }
+    __syncthreads();                                                      // the last block-wide barrier: roles split here
+
+    if (wg == 0) {
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (threadIdx.x == 0) producer<D>(sm, tmQ, tmK, tmV, row0, q0, n_tiles);
+    } else {
+        setmaxnreg_inc<CONSUMER_REGS>();
+        consumer<D>(sm, wg - 1, O, row0, q0, n_tiles, S, scale_log2, causal);
+    }
+}
+
+// One entry point per head dim. __launch_bounds__(THREADS, 1) caps registers at entry (168), which
+// setmaxnreg needs; the consumers then raise theirs to CONSUMER_REGS.
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ws_attention_d64(
+    const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+    const __grid_constant__ CUtensorMap tmV, __half* O, int S, float scale_log2, int causal) {
+    attention_block<64>(&tmQ, &tmK, &tmV, O, S, scale_log2, causal);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ws_attention_d128(
+    const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+    const __grid_constant__ CUtensorMap tmV, __half* O, int S, float scale_log2, int causal) {
+    attention_block<128>(&tmQ, &tmK, &tmV, O, S, scale_log2, causal);
+}

@@ -1,0 +1,248 @@
+"""Chapter 7 (Hopper): the CPU tier compiles every kernel for sm_90a and reads what ptxas made (HGMMA,
+UTMALDG, setmaxnreg honoured, no local memory, no serialized wgmma), checks that the launchers and the
+kernels agree on shared memory, that the exercise is the solution with its marked regions cut out,
+and unit-tests the tensor-map helper. The kernels themselves run in scripts/ch07_gpu.py (GPU only)."""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import io
+from pathlib import Path
+
+import pytest
+
+from flashtutor.chapters import CHAPTERS, ROOT
+from flashtutor.loaders import load_cuda, tma
+from flashtutor.loaders.nvrtc import cuda_include_dir
+from flashtutor.sass import disassemble, histogram
+
+# step: (kernel file, kernel name prefix, launcher module)
+STEPS = {
+    "a": (ROOT / "flashtutor/kernels/k07a_wgmma_tma.cu", "wgmma_tma", "flashtutor.kernels.k07a_wgmma_tma"),
+    "b": (ROOT / "flashtutor/kernels/k07b_warp_specialized.cu", "ws_attention", "flashtutor.kernels.k07b_warp_specialized"),
+}
+if (ROOT / "flashtutor/kernels/k07c_pingpong.cu").exists():
+    STEPS["c"] = (ROOT / "flashtutor/kernels/k07c_pingpong.cu", "pingpong", "flashtutor.kernels.k07c_pingpong")
+SOLUTION_STEP = "b"       # the exercise's step: c is its tuned sibling (DESIGN: keep the teaching kernel small)
+SOLUTION = ROOT / "solutions/07_hopper/attention.cu"
+EXERCISE = ROOT / "chapters/07_hopper/attention.cu"
+PROBES = ROOT / "flashtutor/kernels/k07_probes.cu"
+BLOCK_MAX = 227 * 1024                               # the most dynamic shared memory one block may have (H100/H200)
+BLOCK_RESERVED = 1024                                # the 1 KB the system keeps per block (reported as static)
+
+
+@pytest.fixture(scope="module")
+def built():
+    return {s: load_cuda(path, arch="sm_90a") for s, (path, _, _) in STEPS.items()}
+
+
+@pytest.fixture(scope="module")
+def sass(built):
+    return {s: disassemble(m.cubin) for s, m in built.items()}
+
+
+def _compile_log(path: Path) -> str:
+    """NVRTC's log (ptxas's remarks included) for one file compiled for sm_90a."""
+    from cuda.core import Program, ProgramOptions
+    opts = ProgramOptions(name=str(path), arch="sm_90a", std="c++17", include_path=[str(path.parent), cuda_include_dir()])
+    log = io.StringIO()
+    Program(path.read_text(), "c++", opts).compile("cubin", logs=log)
+    return log.getvalue().replace("\x00", "")
+
+
+def test_one_kernel_per_head_dim(built):
+    for s, mod in built.items():
+        prefix = STEPS[s][1]
+        assert set(mod.resources()) == {f"{prefix}_d64", f"{prefix}_d128"}, s
+
+
+def test_no_spills_no_local_memory(built):
+    for s, mod in built.items():
+        for name, r in mod.resources().items():
+            assert r["spill_instructions"] == 0 and r["local_bytes"] == 0 and r["stack_bytes"] == 0, (s, name, r)
+            assert 0 < r["registers"] <= 255, (s, name, r)
+            assert r["shared_bytes"] <= BLOCK_RESERVED, (s, name, r)    # every tile is in dynamic shared memory
+
+
+def test_wgmma_and_tma_in_the_sass(sass):
+    """The chapter's SASS rule: HGMMA (wgmma) and UTMALDG (TMA loads), as the grader's opcode parser counts them."""
+    rule = CHAPTERS["07"].sass
+    assert rule.require == ("HGMMA", "UTMALDG") and rule.no_spills
+    for s, kernels in sass.items():
+        for name, instrs in kernels.items():
+            h = histogram(instrs)
+            for op in rule.require:
+                assert h[op] > 0, (s, name, op)
+            assert h["HMMA"] == 0 and h["LDSM"] == 0, (s, name)      # no mma.sync / ldmatrix path left
+            assert h["LDGSTS"] == 0, (s, name)                        # no cp.async: every tile comes by TMA
+            assert any(i.startswith("HGMMA.64x") and ".F32" in i for i in instrs), (s, name)   # fp32 accumulate
+
+
+def test_hgmma_count_matches_the_tiles(sass):
+    """Per tile: D/16 wgmma for S = Q·Kᵀ and Bc/16 for O += P·V (the loops are unrolled once)."""
+    Bc = {"a": 64, "b": 128, "c": 128}
+    for s, kernels in sass.items():
+        for name, instrs in kernels.items():
+            D = 64 if name.endswith("_d64") else 128
+            n = histogram(instrs)["HGMMA"]
+            assert n % (D // 16 + Bc[s] // 16) == 0, (s, name, n)
+
+
+def test_setmaxnreg_honoured_and_wgmma_not_serialized():
+    for s, (path, _, _) in STEPS.items():
+        log = _compile_log(path)
+        assert "C7508" not in log, (s, log)     # 'setmaxnreg ignored; unable to determine register count at entry'
+        assert "C7510" not in log, (s, log)     # 'wgmma ... serialized' (a dependence ptxas could not prove safe)
+        assert "warning" not in log.lower(), (s, log)
+
+
+def test_warp_specialized_steps_move_registers(sass):
+    for s, kernels in sass.items():
+        for name, instrs in kernels.items():
+            n = histogram(instrs)["USETMAXREG"]
+            assert (n == 2) if s >= "b" else (n == 0), (s, name, n)   # one .dec (producer), one .inc (consumers)
+
+
+def test_launchers_allocate_what_the_kernels_index(tmp_path):
+    """Layout<D>::BYTES (what the kernel indexes) + the 1024-byte alignment slack = what the launcher asks for."""
+    for s, (path, _, module) in STEPS.items():
+        mod = importlib.import_module(module)
+        probe = tmp_path / f"probe_{s}.cu"
+        probe.write_text(f'#include "{path}"\n'
+                         f"static_assert(Layout<64>::BYTES + SWIZZLE_ATOM == {mod.shared_bytes(64)}, \"D = 64\");\n"
+                         f"static_assert(Layout<128>::BYTES + SWIZZLE_ATOM == {mod.shared_bytes(128)}, \"D = 128\");\n")
+        load_cuda(probe, arch="sm_90a")      # a CompileError names the static_assert that failed
+        for D in (64, 128):
+            assert mod.shared_bytes(D) <= BLOCK_MAX, (s, D)
+
+
+def test_other_targets_get_a_clear_error():
+    from flashtutor.loaders import CompileError
+    for path in [p for p, _, _ in STEPS.values()] + [SOLUTION]:
+        with pytest.raises(CompileError, match="need an sm_90a target"):
+            load_cuda(path, arch="sm_80")
+
+
+def test_the_solution_is_step_b():
+    """kernels/k07b_warp_specialized.cu is solutions/07_hopper/attention.cu without its marker lines."""
+    sol = [ln for ln in SOLUTION.read_text().splitlines()
+           if not ln.lstrip().startswith(("// BEGIN SOLUTION", "// END SOLUTION"))]
+    assert STEPS[SOLUTION_STEP][0].read_text().splitlines() == sol
+
+
+def test_exercise_is_generated_and_compiles():
+    from flashtutor import exercises
+    assert exercises.stale([CHAPTERS["07"]]) == []
+    text = EXERCISE.read_text()
+    assert text.count("// TODO:") == 3 and "BEGIN SOLUTION" not in text
+    assert "mbar_arrive(sm.kv_empty + 8 * s)" not in text and "mbar_wait(sm.kv_full + 8 * s," not in text  # the learner's part
+    kernels = disassemble(load_cuda(EXERCISE, arch="sm_90a").cubin)
+    for name, instrs in kernels.items():
+        h = histogram(instrs)
+        # With the wait unwritten, `ready` stays false and the consumers leave before any GEMM: no HGMMA
+        # is left in the code at all, so nothing can wait on a barrier that never completes.
+        assert h["HGMMA"] == 0, name
+        assert h["UTMALDG"] > 0 and h["USETMAXREG"] == 2, name    # the producer is intact
+
+
+def test_probes_compile():
+    mod = load_cuda(PROBES, arch="sm_90a")
+    res = mod.resources()
+    assert {"probe_tma_swizzle", "probe_wgmma_ss_d64", "probe_wgmma_rs_d128"} <= set(res)
+    for name, r in res.items():
+        assert r["spill_instructions"] == 0, name
+    from flashtutor.kernels import k07_probes
+    for D in (64, 128):   # the largest probe's tiles + barrier fit its allocation
+        assert 2 * 64 * D * 2 + 8 + 1023 <= k07_probes.SMEM
+
+
+# ---------------------------------------------------------------- the tensor-map helper ----------
+def test_plan_for_the_attention_matrices():
+    p = tma.plan_2d(2 * 3 * 113, 128, box_rows=64)                 # [B·H·S, D] fp16, box [64, 64]
+    assert p.global_dim == (128, 678)                              # innermost first, as the driver wants
+    assert p.global_strides == (256,)                              # bytes per row
+    assert p.box_dim == (64, 64) and p.element_strides == (1, 1)
+    assert p.box_row_bytes == 128 and p.box_bytes == 64 * 128
+    assert p.smem_alignment == 1024                                # 8 rows × the 128-byte swizzle span
+    assert tma.plan_2d(4096, 64, box_rows=128).box_bytes == 128 * 128
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(rows=10, cols=60, box_rows=8, box_cols=56), "multiple of 16"),          # row stride 120 bytes
+    (dict(rows=10, cols=64, box_rows=300), r"\[1, 256\]"),                         # box too tall
+    (dict(rows=10, cols=128, box_rows=64, box_cols=128), "swizzle span"),         # 256-byte rows, 128-byte swizzle
+    (dict(rows=10, cols=64, box_rows=64, box_cols=4), "multiple of 16"),          # 8-byte box rows
+    (dict(rows=10, cols=64, box_rows=64, swizzle=256), "swizzle 256"),
+    (dict(rows=0, cols=64, box_rows=64), "2\\^32"),
+])
+def test_plan_refuses_what_the_driver_would(kw, msg):
+    with pytest.raises(tma.TensorMapError, match=msg):
+        tma.plan_2d(**kw)
+
+
+def test_plan_checks_the_address():
+    p = tma.plan_2d(64, 64, box_rows=64)
+    p.check(0x7f0000000100)
+    with pytest.raises(tma.TensorMapError, match="16-byte aligned"):
+        p.check(0x7f0000000108)
+
+
+def test_swizzle_worked_example():
+    """The header of k07a_wgmma_tma.cu: row 3, chunk 5 (halves 40..47) lands in chunk 6, byte 480."""
+    assert tma.swizzled_offset(3 * 128 + 5 * 16) == 3 * 128 + 6 * 16 == 480
+    assert tma.swizzled_offset(11 * 128 + 5 * 16) == 11 * 128 + 6 * 16        # repeats every 8 rows
+    assert tma.swizzled_offset(5 * 16 + 7) == 5 * 16 + 7                        # row 0 is unchanged
+    atom = [tma.swizzled_offset(b) for b in range(1024)]
+    assert sorted(atom) == list(range(1024))                                    # a permutation of the atom
+    # the same 16-byte column chunk of 8 consecutive rows: 8 different positions = all 32 banks
+    assert len({tma.swizzled_offset(r * 128 + 2 * 16) % 128 for r in range(8)}) == 8
+    assert tma.swizzled_offset(1000, 0) == 1000
+
+
+def test_kernel_params_pack_maps_tensors_and_scalars():
+    from cuda.bindings import driver
+    m = tma.TensorMap(driver.CUtensorMap(), tma.plan_2d(64, 64, box_rows=64), tensor=None)
+    values, types = tma.kernel_params((m, 7, 0.5, True), (128, 4, 4, 4))
+    assert values[0] is m.cu_map and types[0] is None              # the driver copies getPtr()'s 128 bytes
+    assert types[1:] == (ctypes.c_int32, ctypes.c_float, ctypes.c_int32) and values[1:] == (7, 0.5, 1)
+    with pytest.raises(TypeError, match="__grid_constant__ CUtensorMap"):
+        tma.kernel_params((m,), (8,))
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        tma.kernel_params((m,), (128, 4))
+    helper = getattr(driver, "_HelperKernelParams", None)        # cuda.bindings' own packing, if reachable
+    if helper is not None:
+        h = helper((values, types))
+        ptrs = (ctypes.c_void_p * 4).from_address(h.ckernelParams)
+        assert ptrs[0] == m.cu_map.getPtr()                         # the map itself, not a copy of a pointer
+        assert ctypes.c_int32.from_address(ptrs[1]).value == 7
+        assert ctypes.c_float.from_address(ptrs[2]).value == 0.5
+
+
+def test_encode_needs_a_gpu():
+    reason = tma.driver_reason()
+    if reason is not None:
+        pytest.skip(f"encoding a tensor map needs the driver and a Hopper GPU: {reason}")
+    import torch
+    x = torch.zeros(256, 128, dtype=torch.float16, device="cuda")
+    m = tma.encode(x, box_rows=64)
+    assert m.plan.box_bytes == 8192 and len(m.cu_map.opaque) == 16
+
+
+def test_launcher_refuses_non_hopper_before_compiling(monkeypatch):
+    import torch
+    mod = importlib.import_module(STEPS["a"][2])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100")
+    with pytest.raises(RuntimeError, match="need sm_90"):
+        mod.require_hopper()
+
+
+@pytest.mark.skipif("c" not in STEPS, reason="step c is not written yet")
+def test_step_c_keeps_its_overlaps(sass):
+    """ptxas kept the pipelining (a wait for all but the newest wgmma group: the S_j wait with P·V still
+    running) and the ping-pong turns (named-barrier arrivals, 256 threads = two warpgroups)."""
+    for name, instrs in sass["c"].items():
+        assert any(i.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1") for i in instrs), name
+        assert any("BAR.ARV" in i and "0x100" in i for i in instrs), name
+        assert any(i.startswith("BAR.SYNC") and "0x100" in i for i in instrs), name
