@@ -268,14 +268,15 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
     # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time
     est = {}
     for name, c in cands.items():
-        for n in (1, 3) if sizes is None else (1,):
+        for i, n in enumerate((1, 1, 3) if sizes is None else (1,)):   # the first call compiles, tunes, plans
             r = bench.batch(c, problem, n, seeds=[seed() for _ in range(n)], sleep_us=50000.0,
                             timeout=max(timeout, 600.0))
             if r.error:
                 errors.append(r.error)
                 return ShapeRun({}, {}, [], [], errors=errors)
-            host[name] = r.host_us
-            est.setdefault(name, {})[n] = r.window_us
+            if i:
+                host[name] = r.host_us
+                est.setdefault(name, {})[n] = r.window_us
     if sizes is None:
         per_call = max(max((e[3] - e[1]) / 2 for e in est.values()), 0.5)
         n2 = int(min(max(TARGET_WINDOW_US / per_call, MIN_CALLS), max_calls))
