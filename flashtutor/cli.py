@@ -9,6 +9,7 @@ def _grade(a) -> int:
     from .grading import grade
     report = grade(a.chapter, a.path, solution=a.solution, timing=not a.no_timing, graph=a.graph or None,
                    reference=a.reference, sets=tuple(a.sets.split(",")) if a.sets else None,
+                   time_sets=tuple(a.time_sets.split(",")) if a.time_sets else None,
                    device=a.device, progress=not a.quiet, sanitize=a.sanitize)
     report.print()
     if a.json:
@@ -102,7 +103,8 @@ def main(argv=None) -> int:
     g.add_argument("--no-timing", action="store_true", help="correctness only")
     g.add_argument("--graph", action="store_true", help="also time CUDA-graph replay")
     g.add_argument("--reference", action="store_true", help="also time the chapter's reference kernel")
-    g.add_argument("--sets", help="comma-separated shape sets (seed, small, large, odd, cpu)")
+    g.add_argument("--sets", help="comma-separated shape sets checked for correctness (seed, small, large, odd, cpu)")
+    g.add_argument("--time-sets", help="comma-separated shape sets timed (default: the chapter's)")
     g.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if a GPU is visible")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--sanitize", action="store_true",

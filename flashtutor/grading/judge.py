@@ -28,6 +28,15 @@ SETUP_TIMEOUT = 300.0
 CHECK_TIMEOUT = 120.0
 TIME_TIMEOUT = 300.0
 ARENA_MAX_BYTES = 4 << 30
+DEBUG = os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0")
+
+
+def debug(*what) -> None:
+    """FLASHTUTOR_DEBUG=1: the judge's steps on stderr, with a clock (the worker's go to its log)."""
+    if DEBUG:
+        import sys
+        print(f"[judge {time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d}]", *what, file=sys.stderr,
+              flush=True)
 _POOL_LOCK = __import__("threading").Lock()     # judges in several threads allocate their arenas one at a time
 
 
@@ -110,9 +119,12 @@ class WorkerHandle:
                                          stderr=subprocess.STDOUT, env=env, cwd=str(Path(self.setup["path"]).parent))
         theirs.close()
         self.conn = Connection(mine.detach())
+        debug(f"worker {self.proc.pid} started, log {self.log}")
         self.conn.send(self.setup)
         self.conn.send(arena_msg)
+        debug("setup and arena sent")
         msg = self.receive(self.setup_timeout, setup=True)
+        debug("worker answered", msg.get("op"))
         if msg["op"] == "setup_error" or msg["op"] == "error":
             self.stop()
             raise WorkerFailed(msg["cause"], msg["message"], self.tail())
@@ -126,6 +138,7 @@ class WorkerHandle:
         return self.proc is not None and self.proc.poll() is None
 
     def request(self, msg: tuple, timeout: float) -> dict:
+        debug("->", msg[0], msg[1] if len(msg) > 1 and isinstance(msg[1], dict) else "")
         try:
             self.conn.send(msg)
         except (BrokenPipeError, OSError):
@@ -149,7 +162,9 @@ class WorkerHandle:
                                    self.tail())
             return self._dead("")
         try:
-            return parse_message(raw)
+            m = parse_message(raw)
+            debug("<-", m.get("op"), m.get("message", "")[:100] if m.get("op") != "trace" else len(m["trace"].kernels))
+            return m
         except MalformedMessage as e:
             self.stop()
             return {"op": "error", "cause": Cause.MALFORMED, "fatal": True, "where": "", "log": "",
@@ -167,6 +182,15 @@ class WorkerHandle:
         self.stop()
         return {"op": "error", "cause": Cause.CRASH, "fatal": True, "where": "", "log": tail,
                 "message": f"the process {_exit(code)}" + (f"; its last output:\n{tail}" if tail else "")}
+
+    def keep_log(self) -> None:
+        """FLASHTUTOR_WORKER_LOGS=DIR: keep each worker's log there (the learner's prints, crashes)."""
+        keep = os.environ.get("FLASHTUTOR_WORKER_LOGS")
+        if keep and os.path.exists(self.log):
+            import shutil
+            os.makedirs(keep, exist_ok=True)
+            shutil.copy(self.log, os.path.join(keep, f"{Path(self.setup['path']).parent.name}-{os.getpid()}-"
+                                                     f"{os.path.basename(self.log)}"))
 
     def tail(self, n: int = 15) -> str:
         try:
@@ -194,6 +218,7 @@ class WorkerHandle:
                 self.conn.close()
             except Exception:  # noqa: BLE001
                 pass
+            self.keep_log()
         self.proc = None
 
 
@@ -378,6 +403,7 @@ class Judge:
                 timeouts += res.cause == Cause.TIMEOUT
             if bar:
                 bar.advance()
+        debug(f"{len(r.checks)} checks done, {sum(c.ok for c in r.checks)} ok")
         correct = all(c.ok for c in r.checks) and not r.forbidden
         if not timed:
             return
@@ -394,6 +420,7 @@ class Judge:
         from .timed import TimedPhase
         phase = TimedPhase(self)
         for p in timed:
+            debug("timing", p.name)
             r.timings.append(phase.shape(p))
             if bar:
                 bar.advance()

@@ -185,10 +185,13 @@ class Worker:
             self.A = torch.cuda.Event.from_ipc_handle(dev, msg[2])
             self.B = torch.cuda.Event.from_ipc_handle(dev, msg[3])
             self.streams.install(torch)
+        _debug("arena", tuple(self.arena.shape), self.arena.device)
         if setup.get("trace", True):                    # pay the tracer's one-time start-up before the import
             self.tracer.start()
             self.tracer.stop()
+        _debug("tracer warm")
         self.fn = self._import()
+        _debug("imported", self.path)
 
     # ------------------------------------------------------------ setup
     def _import(self):
@@ -241,6 +244,7 @@ class Worker:
         while True:
             msg = self.conn.recv()
             op = msg[0]
+            _debug("got", op)
             if op == "quit":
                 return
             spec = msg[1]
@@ -385,6 +389,11 @@ class Worker:
             os._exit(3)
 
 
+def _debug(*what) -> None:
+    if os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0"):
+        print(f"[worker {time.strftime('%H:%M:%S')}]", *what, flush=True)
+
+
 class _SetupFailure(Exception):
     def __init__(self, cause: Cause, message: str):
         super().__init__(message)
@@ -407,6 +416,10 @@ def main(fd: int) -> None:
     """Entry point of the worker process (``python -m flashtutor.grading.worker FD``): its output goes to the
     log the judge quotes; ``FD`` is its end of the socket to the judge."""
     from multiprocessing.connection import Connection
+    if os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0"):
+        import faulthandler
+        faulthandler.enable()
+        faulthandler.dump_traceback_later(float(os.environ.get("FLASHTUTOR_DEBUG_DUMP_S", "120")), repeat=True)
     conn = Connection(fd)
     setup = conn.recv()
     if setup.get("kind") == "triton" and setup["device"] == "cpu":
