@@ -27,32 +27,34 @@ from .evidence import CUDA_FATAL, Cause, Trace, KernelRecord, dumps, trace_to_js
 
 # ---------------------------------------------------------------- what the learner's code sees ----
 class _Streams:
-    """Every CUDA stream the learner creates (torch.cuda.Stream / ExternalStream): the worker joins them
-    before it signals the end of a call, so work left on them is counted, not lost."""
+    """Every CUDA stream the learner's code switches to (``torch.cuda.stream(s)``, ``torch.cuda.set_stream``):
+    the worker joins them before it signals the end of a call, so work left on them is counted, not lost."""
 
     def __init__(self):
-        self.seen = weakref.WeakSet()
+        self.seen: dict[int, object] = {}
 
     def install(self, torch) -> None:
-        for cls in (torch.cuda.Stream, getattr(torch.cuda, "ExternalStream", None)):
-            if cls is None:
-                continue
-            orig = cls.__new__
-            seen = self.seen
+        seen = self.seen
+        ctx = torch.cuda.StreamContext
+        orig_init = ctx.__init__
 
-            def new(c, *a, _orig=orig, **kw):
-                s = _orig(c, *a, **kw)
-                try:
-                    seen.add(s)
-                except TypeError:
-                    pass
-                return s
-            cls.__new__ = staticmethod(new)
+        def init(self_, stream, *a, **kw):
+            if stream is not None:
+                seen.setdefault(int(stream.cuda_stream), stream)
+            orig_init(self_, stream, *a, **kw)
+        ctx.__init__ = init
+        orig_set = torch.cuda.set_stream
+
+        def set_stream(stream):
+            if stream is not None:
+                seen.setdefault(int(stream.cuda_stream), stream)
+            return orig_set(stream)
+        torch.cuda.set_stream = set_stream
 
     def join(self, torch) -> None:
         cur = torch.cuda.current_stream()
-        for s in list(self.seen):
-            if s != cur:
+        for s in list(self.seen.values()):
+            if s.cuda_stream != cur.cuda_stream:
                 cur.wait_stream(s)
 
 
