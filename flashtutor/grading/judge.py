@@ -88,6 +88,7 @@ class WorkerHandle:
         self.proc = self.conn = None
         self.starts = 0
         self.ready_msg: dict = {}
+        self.while_starting = None      # the judge's own set-up, done while the first worker starts
 
     @property
     def pid(self) -> int | None:
@@ -123,6 +124,9 @@ class WorkerHandle:
         self.conn.send(self.setup)
         self.conn.send(arena_msg)
         debug("setup and arena sent")
+        if self.while_starting:
+            self.while_starting()
+            self.while_starting = None
         msg = self.receive(self.setup_timeout, setup=True)
         debug("worker answered", msg.get("op"))
         if msg["op"] == "setup_error" or msg["op"] == "error":
@@ -220,6 +224,13 @@ class WorkerHandle:
                 pass
             self.keep_log()
         self.proc = None
+
+
+def _warm_tracer() -> None:
+    """The profiler's first start costs seconds (CUPTI's set-up): pay it while the worker starts."""
+    from .timing import _profile
+    with _profile():
+        pass
 
 
 def _exit(code) -> str:
@@ -378,6 +389,8 @@ class Judge:
                  "kind": self.ch.kind, "root": str(Path(__file__).resolve().parents[2]), "trace": self.ch.anticheat}
         self.worker = WorkerHandle(setup, self.tmp, self.setup_timeout)
         self.arena, self.events, self.arena_msg = self._setup_device(checks, timed)
+        if self.device == "cuda" and timed:
+            self.worker.while_starting = _warm_tracer
         try:
             ready = self.worker.start(self.arena_msg)
         except WorkerFailed as e:
@@ -551,8 +564,6 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     path = Path(path).resolve()
     if not path.exists():
         raise FileNotFoundError(f"no submission at {path}")
-    if device is None:
-        device = "cuda" if _gpu_available() else "cpu"
     kwargs = dict(chapter=ch, path=path, device=device, sets=sets, seeds=seeds, timing=timing, graph=graph,
                   reference=reference, time_sets=time_sets, setup_timeout=setup_timeout,
                   check_timeout=check_timeout, time_timeout=time_timeout, rounds=rounds, progress=progress,
@@ -561,7 +572,14 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
         from ..env import in_notebook
         separate_judge = in_notebook()
     if not separate_judge:
+        if device is None:
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        kwargs["device"] = device
         return run_judge(kwargs)
+    if device is None:
+        device = "cuda" if _gpu_available() else "cpu"   # asked in a subprocess: CUDA stays out of the notebook
+    kwargs["device"] = device
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     kwargs["progress"] = False

@@ -179,7 +179,7 @@ class Bench:
         return tuple(flat[j * m:(j + 1) * m].view(*shape) for j in range(3))
 
     def batch(self, cand, problem, n: int, *, seeds: list[int], sleep_us: float, snapshot=(),
-              graph=None, timeout: float = 120.0) -> BatchRun:
+              graph=None, timeout: float = 120.0, trace: bool = True) -> BatchRun:
         """One gated batch of ``n`` calls of ``cand`` ("remote" = the worker, or a callable)."""
         torch = self.torch
         from .protocol import views
@@ -191,13 +191,13 @@ class Bench:
         self.write_inputs(shape, n, seeds, problem.qk_std)
         self.flush()
         Em.record()
-        snaps, trace, err = [], None, None
+        snaps, err = [], None
         if cand == "remote":
             self.A.record()
             self.judge_enqueue_us = (time.perf_counter() - t0) * 1e6
             msg = self.worker.request(("batch", {"shape": list(shape), "causal": problem.causal, "n": n,
-                                                 "graph": graph is not None, "nonce": f"{random.getrandbits(64):016x}"}),
-                                      timeout=timeout)
+                                                 "graph": graph is not None, "nonce": f"{random.getrandbits(64):016x}",
+                                                 "trace": trace}), timeout=timeout)
             held = not Em.query()
             if msg["op"] != "done":
                 torch.cuda.current_stream().synchronize()
@@ -206,16 +206,19 @@ class Bench:
             torch.cuda.current_stream().wait_event(self.B)
             E1.record()
             outs = [(s, views(self.arena, shape, s)[3].clone()) for s in snapshot]
-            trace_msg = self.worker.receive(timeout=timeout)
-            trace = trace_msg.get("trace") if trace_msg["op"] == "trace" else None
+            traced = None
+            if trace:
+                trace_msg = self.worker.receive(timeout=timeout)
+                traced = trace_msg.get("trace") if trace_msg["op"] == "trace" else None
             E1.synchronize()
             for s, out in outs:       # were the inputs left as written? (the next batch overwrites them)
                 given = self.regenerate(shape, seeds[s], problem.qk_std)
                 unchanged = all(torch.equal(a, b) for a, b in zip(given, views(self.arena, shape, s)[:3]))
                 snaps.append((s, seeds[s], out, unchanged))
+            trace = traced
         else:
             outs = []
-            prof = _profile() if self.trace_local else contextlib.nullcontext()
+            prof = _profile() if (self.trace_local and trace) else contextlib.nullcontext()
             with prof:
                 self.judge_enqueue_us = (time.perf_counter() - t0) * 1e6
                 t1 = time.perf_counter()
@@ -229,12 +232,13 @@ class Bench:
                 held = not Em.query()
                 E1.record()
                 E1.synchronize()
+            trace = None
         return BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err)
 
 
 def _profile():
     from torch.profiler import ProfilerActivity, profile
-    return profile(activities=[ProfilerActivity.CUDA])
+    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])   # as the worker's tracer
 
 
 # ---------------------------------------------------------------- a shape, all candidates -----------
@@ -323,6 +327,15 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
                 if c == "remote":
                     traces.append((n, run.trace))
                 snaps.extend((n, s) for s in run.snapshots)
+    # The host's cost of issuing a call, on one more batch with no tracer on either side (tracing multiplies
+    # the host time of each call several times over); its outputs are not used.
+    for name, c in cands.items():
+        g = (graphs or {}).get(name)
+        run = bench.batch(c, problem, n2, seeds=[seed() for _ in range(n2)], trace=False,
+                          sleep_us=sleep_for(bench, n2, host[name], 1.5), graph=g.get(n2) if g else None,
+                          timeout=timeout)
+        if not run.error and run.host_us == run.host_us:
+            host[name] = run.host_us
     times = {}
     for name in cands:
         w1, w2 = windows[name][n1], windows[name][n2]
