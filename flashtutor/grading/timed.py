@@ -169,8 +169,7 @@ class TimedPhase:
     def _judge_traces(self, p: Problem, run, res: TimingResult) -> None:
         if not self.j.ch.anticheat:
             return
-        names, busy = set(), 0.0
-        seen = set()
+        names, seen = set(), set()
         for n, t in run.traces:
             if t is None:
                 findings = [tr.Finding(Cause.UNTRACED, "a timed batch came back without its trace")]
@@ -185,11 +184,7 @@ class TimedPhase:
                     self.j.report.add_trace_findings([f])
         res.kernels = sorted(names)
         lt = run.times["learner"]
-        windows = run.windows.get("learner", {})
         n2 = lt.batch[1]
-        if windows.get(n2):
-            big = [t for n, t in run.traces if n == n2 and t is not None]
-            if big:
-                busy = sum(k.total_us for k in big[-1].kernels)
-                w = sorted(windows[n2])[len(windows[n2]) // 2]
-                res.busy_fraction = busy / w if w > 0 else None
+        per_call = [sum(k.total_us for k in t.kernels) / n for n, t in run.traces if n == n2 and t is not None]
+        if per_call and lt.median_us > 0:       # traced kernel time per call / GPU time per call
+            res.busy_fraction = sorted(per_call)[len(per_call) // 2] / lt.median_us
