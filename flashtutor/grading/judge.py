@@ -8,7 +8,6 @@ that only runs the learner's ``attention`` on the inputs the judge wrote and tel
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
 import random
 import tempfile
@@ -538,11 +537,38 @@ def run_judge(kwargs: dict) -> Report:
     return report
 
 
-def _judge_child(conn, kwargs):
+def _judge_process(kwargs: dict) -> Report:
+    """Grade in a judge process of its own (``flashtutor.grading.judge._main`` on a socket): for callers in which
+    the learner's code may have run (a notebook), and for gradings run side by side. The judge is trusted,
+    so its report comes back pickled."""
+    import socket
+    import subprocess
+    import sys
+    from multiprocessing.connection import Connection
+    mine, theirs = socket.socketpair()
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from flashtutor.grading.judge import _main; "
+                             "_main(int(sys.argv[1]))", str(theirs.fileno())],
+                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env)
+    theirs.close()
+    conn = Connection(mine.detach())
     try:
-        conn.send(("ok", run_judge(kwargs)))
-    except BaseException as e:  # noqa: BLE001
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+        conn.send(kwargs)
+        status, value = conn.recv()
+    except (EOFError, OSError):
+        proc.wait(30)
+        raise RuntimeError(f"the grader's judge process {_exit(proc.returncode)}") from None
+    finally:
+        conn.close()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if status != "ok":
+        raise RuntimeError(f"the grader failed: {value}")
+    return value
 
 
 def grade(chapter, path=None, *, solution: bool = False, device: str | None = None, sets=None, seeds=None,
@@ -580,18 +606,19 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
     if device is None:
         device = "cuda" if _gpu_available() else "cpu"   # asked in a subprocess: CUDA stays out of the notebook
     kwargs["device"] = device
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
     kwargs["progress"] = False
-    proc = ctx.Process(target=_judge_child, args=(child, kwargs))
-    proc.start()
-    child.close()
+    return _judge_process(kwargs)
+
+
+def _main(fd: int) -> None:
+    from multiprocessing.connection import Connection
+    if os.environ.get("FLASHTUTOR_DEBUG_DUMP_S"):
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["FLASHTUTOR_DEBUG_DUMP_S"]), repeat=True)
+    conn = Connection(fd)
+    kwargs = conn.recv()
     try:
-        status, value = parent.recv()          # the judge is trusted: its report may be unpickled
-    except EOFError:
-        raise RuntimeError(f"the grader's judge process {_exit(proc.exitcode)}") from None
-    finally:
-        proc.join(30)
-    if status != "ok":
-        raise RuntimeError(f"the grader failed: {value}")
-    return value
+        conn.send(("ok", run_judge(kwargs)))
+    except BaseException as e:  # noqa: BLE001
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
