@@ -14,14 +14,17 @@ class SpeedRule:
 
     ``max_ratio_vs_sdpa``: learner time / SDPA time must be at most this on every timed shape.
     ``min_speedup_vs``: the learner must be at least this many times faster than the module named by
-    ``baseline`` (an earlier chapter's reference), timed in the same loop. ``basis``: "events" (CUDA
-    events, L2 flushed) or "graph" (both sides replayed from a CUDA graph, L2 flushed: launch cost
-    removed, for chapters about small problems)."""
+    ``baseline`` (an earlier chapter's reference), timed in the same rounds. ``basis``: GPU time per call with
+    the calls queued back to back ("stream"), or replayed from CUDA graphs on both sides ("graph": the
+    GPU-side gaps between launches removed too, for chapters about small problems). Every rule is
+    calibrated from the solution's grade report on a GPU (``calibrated_from``), with a margin of at least
+    1.3; tests/test_calibration.py checks the numbers against those files."""
     max_ratio_vs_sdpa: float | None = None
     min_speedup_vs: float | None = None
     baseline: str | None = None    # "flashtutor.kernels.k01_naive_three_pass"
-    basis: str = "events"
-    calibration: str = ""          # where the number comes from (file and GPU)
+    basis: str = "stream"          # "stream": calls queued back to back; "graph": replayed from CUDA graphs
+    calibration: str = ""          # where the number comes from (file and GPU), in words
+    calibrated_from: tuple[str, ...] = ()   # results files (grade reports of the solution) the rule is checked against
 
 
 @dataclass(frozen=True)
@@ -80,10 +83,11 @@ CHAPTERS: dict[str, Chapter] = {
     "02": Chapter(
         key="02", slug="02_tiling", title="Tiling: shared memory, coalescing, online softmax", kind="cuda",
         files=("attention.py", "attention.cu"),
-        speed=SpeedRule(min_speedup_vs=12.0, baseline="flashtutor.kernels.k01_naive_three_pass", calibration=(
-            "18.96 / 1.58: the solution's smallest speed-up over chapter 1's reference was 18.96× (B8 H16 S128 "
-            "D64; 19–25× over the seed and small sets), results/bench02-h200-2026-11-21.json, NVIDIA H200, "
-            "torch 2.11, 2026-11-21")),
+        speed=SpeedRule(min_speedup_vs=14.0, baseline="flashtutor.kernels.k01_naive_three_pass", calibration=(
+            "20.97 / 1.5: the solution's smallest speed-up over chapter 1's reference, GPU time per call, was "
+            "20.97× (B8 H16 S128 D64; 21–26× over the seed and small sets) on an NVIDIA H100 80GB HBM3, torch 2.11, "
+            "2026-11-23; not yet measured on an H200 with this protocol"),
+            calibrated_from=("results/grade02-solution-h100-2026-11-23.json",)),
         reference="flashtutor.kernels.k02c_online_softmax",
         excluded="the 'large' set: scalar fp32 math needs up to a second per call there; chapter 3 grades it",
     ),
@@ -91,9 +95,11 @@ CHAPTERS: dict[str, Chapter] = {
         key="03", slug="03_wmma", title="Tensor cores with WMMA", kind="cuda",
         files=("attention.py", "attention.cu"),
         check_sets=("seed", "small", "odd", "large"),
-        speed=SpeedRule(max_ratio_vs_sdpa=16.0, calibration=(
-            "1.5 × 10.5, the solution's worst time ratio to SDPA (B32 H16 S512 D64; 7.5× at the seed shape), "
-            "`flashtutor grade 03 --solution` on an NVIDIA H200, torch 2.11, cuDNN 9.19, 2026-11-21")),
+        speed=SpeedRule(max_ratio_vs_sdpa=16.2, calibration=(
+            "1.5 × 10.79, the solution's worst ratio of GPU time per call to SDPA's (B32 H16 S512 D64; 7.39× at the "
+            "seed shape), `flashtutor grade 03 --solution` on an NVIDIA H100 80GB HBM3, torch 2.11, cuDNN 9.19, "
+            "2026-11-23; not yet measured on an H200 with this protocol"),
+            calibrated_from=("results/grade03-solution-h100-2026-11-23.json",)),
         sass=SassRule(require=("HMMA",), no_spills=True),
         reference="flashtutor.kernels.k03c_swizzle",
     ),
@@ -101,9 +107,11 @@ CHAPTERS: dict[str, Chapter] = {
         key="04", slug="04_triton_online_softmax", title="FlashAttention-2 in Triton", kind="triton",
         files=("attention.py",),
         check_sets=("seed", "small", "odd", "large"), time_sets=("seed", "large"), causal=True,
-        speed=SpeedRule(max_ratio_vs_sdpa=2.3, calibration=(
-            "1.5 × 1.55, the solution's worst time ratio to SDPA (B2 H32 S8192 D128, `flashtutor grade 04 "
-            "--solution` on an NVIDIA H200, torch 2.11, cuDNN 9.19, triton 3.6, 2026-11-21)")),
+        speed=SpeedRule(max_ratio_vs_sdpa=2.2, calibration=(
+            "1.5 × 1.45, the solution's worst ratio of GPU time per call to SDPA's (B2 H32 S8192 D128 and B4 H32 "
+            "S4096 D128; 1.04× at the seed shape), `flashtutor grade 04 --solution` on an NVIDIA H100 80GB HBM3, "
+            "torch 2.11, cuDNN 9.19, triton 3.6, 2026-11-23; not yet measured on an H200 with this protocol"),
+            calibrated_from=("results/grade04-solution-h100-2026-11-23.json",)),
         reference="flashtutor.kernels.k04_triton_fa2_hopper",
     ),
     "05": Chapter(
@@ -112,7 +120,8 @@ CHAPTERS: dict[str, Chapter] = {
         check_sets=("seed", "small", "odd"), time_sets=("seed", "small"),
         speed=SpeedRule(max_ratio_vs_sdpa=7.7, calibration=(
             "1.5 × 5.14, the solution's worst time ratio to SDPA (B32 H16 S512 D64; 3.97× at the seed shape), "
-            "results/bench05-h200-2026-11-21.json, NVIDIA H200, torch 2.11, cuDNN 9.19, 2026-11-21")),
+            "results/bench05-h200-2026-11-21.json, NVIDIA H200, torch 2.11, cuDNN 9.19, 2026-11-21 — measured with "
+            "the earlier event-timed protocol; to be re-calibrated with GPU time per call on an H100 and an H200")),
         sass=SassRule(no_spills=True),
         reference="flashtutor.kernels.k05_three_kernel",
         allowed_kernels=r"cutlass|flashtutor",
@@ -123,9 +132,11 @@ CHAPTERS: dict[str, Chapter] = {
         files=("attention.py",),
         check_sets=("seed", "small", "odd"), time_sets=("seed", "short"), graph_time=True,
         speed=SpeedRule(max_ratio_vs_sdpa=1.15, basis="graph", calibration=(
-            "the solution took 0.76–0.89× SDPA's graph-replayed time at S=128 (B 8–32) and 0.87× at the seed "
-            "shape; 1.15 leaves it a margin of 1.29 (NVIDIA H200, torch 2.11, cuDNN 9.19, triton 3.6, "
-            "2026-11-21, tests/test_ch06.py and flashtutor.kernels.bench06)")),
+            "the solution took 0.64–0.79× SDPA's graph-replayed GPU time per call at S=128 (B 8–32) and 0.80× at "
+            "the seed shape; 1.15 leaves it a margin of 1.44 (`flashtutor grade 06 --solution` on an NVIDIA H100 "
+            "80GB HBM3, torch 2.11, cuDNN 9.19, triton 3.6, 2026-11-23; not yet measured on an H200 with this "
+            "protocol)"),
+            calibrated_from=("results/grade06-solution-h100-2026-11-23.json",)),
         reference="flashtutor.kernels.k06_multihead",
     ),
     "07": Chapter(
