@@ -37,6 +37,9 @@ def debug(*what) -> None:
         print(f"[judge {time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d}]", *what, file=sys.stderr,
               flush=True)
 _POOL_LOCK = __import__("threading").Lock()     # judges in several threads allocate their arenas one at a time
+# Memory a worker may still be waited on by an abandoned stream: freeing it would synchronise the device, and a
+# wait on an event a dead process never signalled does not end. Kept for the life of the process.
+_NEVER_FREED: list = []
 
 
 # ---------------------------------------------------------------- the plan --------------------------
@@ -431,11 +434,15 @@ class Judge:
                 return
         from .timed import TimedPhase
         phase = TimedPhase(self)
-        for p in timed:
-            debug("timing", p.name)
-            r.timings.append(phase.shape(p))
-            if bar:
-                bar.advance()
+        try:
+            for p in timed:
+                debug("timing", p.name)
+                r.timings.append(phase.shape(p))
+                if bar:
+                    bar.advance()
+        finally:
+            if phase.bench.abandoned:
+                _NEVER_FREED.append((self.arena, getattr(self, "pool", None), phase.bench))
 
     # ---------------------------------------------------------- one correctness case
     def check(self, p: Problem, seed: int) -> CaseResult:
@@ -464,8 +471,8 @@ class Judge:
                 self.events[0].record()
             msg = self.worker.request(("call", {"shape": list(p.shape), "causal": p.causal, "slot": 0, "poison": True,
                                                 "nonce": f"{random.getrandbits(64):016x}"}), self.check_timeout)
-            if msg["op"] == "done" and self.events:
-                torch.cuda.current_stream().wait_event(self.events[1])
+            # The worker finished the call on its own stream before answering "done" (a fault would have been
+            # its error instead): nothing of the judge's waits on an event a dead worker could leave unsignalled.
             out = o.clone()
             trace_msg = None
             if msg["op"] == "done" and self.ch.anticheat:

@@ -40,6 +40,13 @@ class TimedPhase:
     # ---------------------------------------------------------- one shape
     def shape(self, p: Problem) -> TimingResult:
         res = TimingResult(p.name, "graph" if self.graph_basis else "stream")
+        if not self.j.worker.alive():          # the last shape's worker died: a fresh one
+            from .judge import WorkerFailed
+            try:
+                self.j.worker.start(self.j.arena_msg)
+            except WorkerFailed as e:
+                res.skipped = f"the worker could not restart: {e.message}"
+                return res
         lock = self.j.lock.exclusive() if self.j.lock else contextlib.nullcontext()
         with lock:
             if self.peaks is None:
@@ -56,6 +63,8 @@ class TimedPhase:
                     return res
                 if run.errors:
                     e = run.errors[0]
+                    if e.get("fatal"):
+                        self.j.worker.stop()          # a new worker for the next shape
                     cause = e.get("cause", Cause.ERROR)
                     res.causes.append(cause if isinstance(cause, Cause) else Cause.ERROR)
                     res.messages.append(f"{p.name} (timing): {e.get('message', '')}")

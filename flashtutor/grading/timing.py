@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .evidence import Measurement, Trace
+from .evidence import Cause, Measurement, Trace
 
 L2_FLUSH_BYTES = 256 << 20
 SPREAD_LIMIT = 0.10             # rounds whose slopes spread more than this (p90−p10 over median): disturbed
@@ -155,6 +155,8 @@ class Bench:
         self.gen = torch.Generator(device="cuda")
         self.trace_local = trace_local
         self.judge_enqueue_us = 2000.0
+        self.timing_stream = torch.cuda.Stream()
+        self.abandoned: list = []
 
     def write_inputs(self, shape, n: int, seeds: list[int], qk_std: float) -> None:
         from .protocol import inputs_view, numel, views
@@ -203,14 +205,25 @@ class Bench:
                 torch.cuda.current_stream().synchronize()
                 return BatchRun(float("nan"), held, float("nan"), error=msg)
             host_us = msg["host_ns"] / 1e3 / max(n, 1)
-            torch.cuda.current_stream().wait_event(self.B)
-            E1.record()
-            outs = [(s, views(self.arena, shape, s)[3].clone()) for s in snapshot]
+            # Only the timing stream waits for the worker's end event; if the worker dies before its calls
+            # finish, that stream is abandoned (no wait on the GPU can be cancelled) and the judge carries on.
+            ts = self.timing_stream
+            ts.wait_stream(torch.cuda.current_stream())
+            ts.wait_event(self.B)
+            E1.record(ts)
+            with torch.cuda.stream(ts):
+                outs = [(s, views(self.arena, shape, s)[3].clone()) for s in snapshot]
             traced = None
             if trace:
                 trace_msg = self.worker.receive(timeout=timeout)
                 traced = trace_msg.get("trace") if trace_msg["op"] == "trace" else None
-            E1.synchronize()
+            if not _wait(E1, timeout):
+                self.abandoned.append(ts)       # never synchronised again; see Judge._release
+                self.timing_stream = torch.cuda.Stream()
+                return BatchRun(float("nan"), held, float("nan"), error={
+                    "op": "error", "cause": Cause.TIMEOUT, "fatal": True, "where": "", "log": "",
+                    "message": f"a timed batch of {n} calls did not finish within {timeout:.0f} s"})
+            torch.cuda.current_stream().wait_stream(ts)
             for s, out in outs:       # were the inputs left as written? (the next batch overwrites them)
                 given = self.regenerate(shape, seeds[s], problem.qk_std)
                 unchanged = all(torch.equal(a, b) for a, b in zip(given, views(self.arena, shape, s)[:3]))
@@ -234,6 +247,16 @@ class Bench:
                 E1.synchronize()
             trace = None
         return BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err)
+
+
+def _wait(event, timeout: float) -> bool:
+    """Poll an event from the host, at most ``timeout`` seconds (Event.synchronize could wait forever)."""
+    t = time.monotonic()
+    while not event.query():
+        if time.monotonic() - t > timeout:
+            return False
+        time.sleep(20e-6 if time.monotonic() - t < 0.01 else 1e-3)
+    return True
 
 
 def _profile():

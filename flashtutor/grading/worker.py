@@ -299,9 +299,10 @@ class Worker:
             host = time.perf_counter_ns() - t0
             if self.cuda:
                 self.streams.join(torch)
-                self.B.record(torch.cuda.current_stream())
-            else:
-                pass
+                if poison:        # a correctness call: finish here, so a fault surfaces in this process
+                    torch.cuda.current_stream().synchronize()
+                else:             # a timed batch: the judge's timing stream waits for this event
+                    self.B.record(torch.cuda.current_stream())
         except BaseException as e:  # noqa: BLE001 — anything the learner's code raises is a verdict
             self.tracer.abandon()
             api._grader_outputs.clear()
