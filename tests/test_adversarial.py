@@ -16,7 +16,7 @@ CPU_CASES = [c for c in CASES if not c.gpu]
 def _grade(case, tmp_path, device, **kw):
     gpu = device == "cuda"
     return grade(chapter_for(case), case.path(tmp_path), device=device, progress=False, timing=case.timing,
-                 sets=("adversarial",) if gpu else None, seeds=1, check_timeout=30 if gpu else 60,
+                 sets=("adversarial",) if gpu else None, seeds=1, check_timeout=30 if gpu else 20,
                  time_sets=("adversarial",) if case.timing else None, sanitize=case.sanitize, rounds=3, **kw)
 
 
