@@ -26,7 +26,7 @@
 //
 // Limitation: one warpgroup per block does everything in turn — wait for a tile, two GEMMs, softmax —
 // so the tensor cores idle during the softmax and the exp2 units idle during the GEMMs, and one thread
-// of the consumers also plays producer. Step b (k07b_warp_specialized.cu) gives loading to its own
+// of the consumers also plays producer. Step b (solutions/07_hopper/attention.cu (step b)) gives loading to its own
 // warp and runs two consumer warpgroups per block; step c overlaps softmax with GEMMs.
 //
 // Why inline PTX and not CuTe: NVRTC compiles this file in a fraction of a second with no headers

@@ -30,7 +30,7 @@
 //
 // Not yet run on a GPU (written on a CPU machine; compiles for sm_90a). The header of
 // k07a_wgmma_tma.cu explains TMA, the 128-byte swizzle, the wgmma descriptor and fragment layouts;
-// the one of k07b_warp_specialized.cu the producer/consumer roles and setmaxnreg.
+// the one of solutions/07_hopper/attention.cu (step b) the producer/consumer roles and setmaxnreg.
 #include <cuda_fp16.h>
 #include <math_constants.h>   // CUDART_INF_F = +infinity as a float
 
