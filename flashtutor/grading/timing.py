@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..timing import _quantile
 from .evidence import Cause, Measurement, Trace
 
 L2_FLUSH_BYTES = 256 << 20
@@ -374,7 +375,7 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
         w1, w2 = windows[name][n1], windows[name][n2]
         slopes = sorted((b - a) / (n2 - n1) for a, b in zip(w1, w2))
         med = statistics.median(slopes)
-        times[name] = Measurement(med, _q(slopes, 0.1), _q(slopes, 0.9), len(slopes), host_us=host[name],
+        times[name] = Measurement(med, _quantile(slopes, 0.1), _quantile(slopes, 0.9), len(slopes), host_us=host[name],
                                   batch=(n1, n2), gate_held=sum(held[name]) / len(held[name]))
     host_bound = [n for n in cands if times[n].gate_held < 0.5]
     return ShapeRun(times, windows, traces, snaps, host_bound=host_bound)
@@ -387,13 +388,3 @@ def spread_disturbed(run: ShapeRun, names) -> str:
         if m and m.median_us > 0 and m.spread > SPREAD_LIMIT:
             bad.append(f"{n}'s rounds spread {100 * m.spread:.0f}% (p10 {m.p10_us:.1f}, p90 {m.p90_us:.1f} µs)")
     return "; ".join(bad)
-
-
-def _q(xs, q):
-    xs = sorted(xs)
-    if len(xs) == 1:
-        return xs[0]
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
