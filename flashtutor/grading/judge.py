@@ -7,35 +7,29 @@ that only runs the learner's ``attention`` on the inputs the judge wrote and tel
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..chapters import Chapter, get_chapter
-from ..problems import Problem, shape_set
 from ..progress import Progress
-from .evidence import Cause, CaseResult, MalformedMessage, TimingResult, Verdict, parse_message
+from .evidence import Cause, CaseResult, TimingResult
 from .report import Report
+from .spawn import WorkerFailed, WorkerHandle, _exit, debug
 from .submission import Submission
 from . import trace as tr
+
+if TYPE_CHECKING:
+    from ..problems import Problem
 
 SETUP_TIMEOUT = 300.0
 CHECK_TIMEOUT = 120.0
 TIME_TIMEOUT = 300.0
 ARENA_MAX_BYTES = 4 << 30
-DEBUG = os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0")
-
-
-def debug(*what) -> None:
-    """FLASHTUTOR_DEBUG=1: the judge's steps on stderr, with a clock (the worker's go to its log)."""
-    if DEBUG:
-        import sys
-        print(f"[judge {time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d}]", *what, file=sys.stderr,
-              flush=True)
 _POOL_LOCK = __import__("threading").Lock()     # judges in several threads allocate their arenas one at a time
 # Memory a worker may still be waited on by an abandoned stream: freeing it would synchronise the device, and a
 # wait on an event a dead process never signalled does not end. Kept for the life of the process.
@@ -47,6 +41,7 @@ def plan_checks(ch: Chapter, *, sets=None, seeds=None, device="cuda") -> list[tu
     """The correctness cases: every shape of the chapter's sets, causal and not, ``seeds`` fresh seeds
     each; large-logit cases at every head dim the sets contain, causal and not. Seeds are drawn fresh
     for every grading run (the report lists them, so a failure can be reproduced)."""
+    from ..problems import shape_set
     sets = sets or (("cpu",) if device == "cpu" else ch.check_sets)
     seeds = seeds or ch.seeds
     rng = random.SystemRandom()
@@ -72,191 +67,22 @@ def plan_checks(ch: Chapter, *, sets=None, seeds=None, device="cuda") -> list[tu
 
 
 def plan_timing(ch: Chapter, time_sets=None) -> list[Problem]:
+    from ..problems import shape_set
     return [p for s in (time_sets or ch.time_sets) for p in shape_set(s)]
-
-
-# ---------------------------------------------------------------- the worker, from the judge's side -
-class WorkerFailed(Exception):
-    def __init__(self, cause: Cause, message: str, log: str = ""):
-        super().__init__(message)
-        self.cause, self.message, self.log = cause, message, log
-
-
-class WorkerHandle:
-    """One worker process at a time: spawned, fed, read with timeouts, replaced after a crash."""
-
-    def __init__(self, setup: dict, tmp: str, setup_timeout: float):
-        self.setup, self.tmp, self.setup_timeout = setup, tmp, setup_timeout
-        self.proc = self.conn = None
-        self.starts = 0
-        self.ready_msg: dict = {}
-        self.while_starting = None      # the judge's own set-up, done while the first worker starts
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    @property
-    def log(self) -> str:
-        return os.path.join(self.tmp, f"worker-{self.starts}.log")
-
-    def start(self, arena_msg: tuple) -> dict:
-        """A fresh worker: ``python -m flashtutor.grading.worker`` on one end of a socket pair (nothing of
-        the caller's ``__main__`` is imported there, unlike a multiprocessing child)."""
-        import socket
-        import subprocess
-        import sys
-        from multiprocessing.connection import Connection
-
-        import torch.multiprocessing  # noqa: F401 — registers the reducers that share CUDA tensors
-        self.stop()
-        self.starts += 1
-        mine, theirs = socket.socketpair()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env["PYTHONUNBUFFERED"] = "1"
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "flashtutor.grading.worker", str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env, cwd=str(Path(self.setup["path"]).parent))
-        theirs.close()
-        self.conn = Connection(mine.detach())
-        debug(f"worker {self.proc.pid} started, log {self.log}")
-        self.conn.send(self.setup)
-        self.conn.send(arena_msg)
-        debug("setup and arena sent")
-        if self.while_starting:
-            self.while_starting()
-            self.while_starting = None
-        msg = self.receive(self.setup_timeout, setup=True)
-        debug("worker answered", msg.get("op"))
-        if msg["op"] == "setup_error" or msg["op"] == "error":
-            self.stop()
-            raise WorkerFailed(msg["cause"], msg["message"], self.tail())
-        if msg["op"] != "ready":
-            self.stop()
-            raise WorkerFailed(Cause.MALFORMED, f"the worker answered {msg['op']!r} instead of 'ready'", self.tail())
-        self.ready_msg = msg
-        return msg
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def request(self, msg: tuple, timeout: float) -> dict:
-        debug("->", msg[0], msg[1] if len(msg) > 1 and isinstance(msg[1], dict) else "")
-        try:
-            self.conn.send(msg)
-        except (BrokenPipeError, OSError):
-            return self._dead("")
-        return self.receive(timeout)
-
-    def receive(self, timeout: float, *, setup: bool = False) -> dict:
-        if not self.conn.poll(timeout):
-            self.stop()
-            if setup:
-                raise WorkerFailed(Cause.TIMEOUT, f"setup (import/compile) took longer than {timeout:.0f} s", self.tail())
-            return {"op": "error", "cause": Cause.TIMEOUT, "fatal": True, "where": "", "log": self.tail(),
-                    "message": f"no answer within {timeout:.0f} s: the kernel hangs (an endless loop, a barrier not "
-                               "every thread reaches, a spin-wait) or is far too slow"}
-        try:
-            raw = self.conn.recv_bytes(64 << 20)
-        except (EOFError, OSError):
-            if setup:
-                code = self._wait(5)
-                raise WorkerFailed(Cause.CRASH, f"the worker {_exit(code)} while importing the submission",
-                                   self.tail())
-            return self._dead("")
-        try:
-            m = parse_message(raw)
-            debug("<-", m.get("op"), m.get("message", "")[:100] if m.get("op") != "trace" else len(m["trace"].kernels))
-            return m
-        except MalformedMessage as e:
-            self.stop()
-            return {"op": "error", "cause": Cause.MALFORMED, "fatal": True, "where": "", "log": "",
-                    "message": f"the worker sent a malformed message ({e}); the grading of this process stopped"}
-
-    def _wait(self, timeout: float):
-        try:
-            return self.proc.wait(timeout)
-        except Exception:  # noqa: BLE001
-            return None
-
-    def _dead(self, what: str) -> dict:
-        code = self._wait(5)
-        tail = self.tail()
-        self.stop()
-        return {"op": "error", "cause": Cause.CRASH, "fatal": True, "where": "", "log": tail,
-                "message": f"the process {_exit(code)}" + (f"; its last output:\n{tail}" if tail else "")}
-
-    def keep_log(self) -> None:
-        """FLASHTUTOR_WORKER_LOGS=DIR: keep each worker's log there (the learner's prints, crashes)."""
-        keep = os.environ.get("FLASHTUTOR_WORKER_LOGS")
-        if keep and os.path.exists(self.log):
-            import shutil
-            os.makedirs(keep, exist_ok=True)
-            shutil.copy(self.log, os.path.join(keep, f"{Path(self.setup['path']).parent.name}-{os.getpid()}-"
-                                                     f"{os.path.basename(self.log)}"))
-
-    def tail(self, n: int = 15) -> str:
-        try:
-            with open(self.log, errors="replace") as f:
-                lines = [ln.rstrip() for ln in f.readlines() if ln.strip()]
-            return "\n".join(lines[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            try:
-                if self.proc.poll() is None:
-                    try:
-                        self.conn.send(("quit",))
-                    except Exception:  # noqa: BLE001
-                        pass
-                    self._wait(2)
-                if self.proc.poll() is None:
-                    self.proc.kill()
-                self._wait(10)
-            except Exception:  # noqa: BLE001
-                pass
-            try:
-                self.conn.close()
-            except Exception:  # noqa: BLE001
-                pass
-            self.keep_log()
-        self.proc = None
-
-
-def _warm_tracer() -> None:
-    """The profiler's first start costs seconds (CUPTI's set-up): pay it while the worker starts."""
-    from .timing import _profile
-    with _profile():
-        pass
-
-
-def _exit(code) -> str:
-    import signal
-    names = {-signal.SIGSEGV: "segmentation fault", -signal.SIGABRT: "abort", -signal.SIGKILL: "killed",
-             -signal.SIGBUS: "bus error", -signal.SIGFPE: "floating-point exception"}
-    if code is None:
-        return "did not exit"
-    if code < 0:
-        return f"was killed by signal {-code} ({names.get(code, 'signal')})"
-    return f"exited with code {code}"
 
 
 # ---------------------------------------------------------------- grading -----------------------------
 class Judge:
     def __init__(self, ch: Chapter, path: Path, *, device: str, sets, seeds, timing: bool, graph, reference: bool,
                  time_sets, setup_timeout: float, check_timeout: float, time_timeout: float, rounds: int,
-                 progress: bool):
+                 progress: bool, worker: WorkerHandle | None = None):
         self.ch, self.path, self.device = ch, path, device
         self.sets, self.seeds, self.timing, self.graph = sets, seeds, timing, graph
         self.reference, self.time_sets, self.rounds = reference, time_sets, rounds
         self.setup_timeout, self.check_timeout, self.time_timeout = setup_timeout, check_timeout, time_timeout
         self.progress = progress
         self.sub = Submission.at(path)
+        self.worker = worker or WorkerHandle(worker_setup(ch, self.sub, device), _tmpdir(), setup_timeout)
         self.report = Report(chapter=ch.key, title=ch.title, path=str(path), device=device, excluded=ch.excluded,
                              speed_rule=asdict(ch.speed), sass_rule=ch.sass)
 
@@ -311,35 +137,32 @@ class Judge:
     def run(self) -> Report:
         t0 = time.time()
         r = self.report
-        if not self.read_sources():
-            return self.finish(t0)
-        if self.sub.syntax_errors:
+        stop = not self.read_sources()
+        if not stop and self.sub.syntax_errors:
             r.set_error(Cause.IMPORT_ERROR, self.sub.syntax_errors[0])
-            return self.finish(t0)
-        compiled = self.ch.kind in ("cuda", "cutlass")
-        if compiled and self.device != "cuda":
+            stop = True
+        if not stop and self.ch.kind in ("cuda", "cutlass") and self.device != "cuda":
             r.compile_only = True
+            stop = True
+        if stop:
+            self.worker.stop()
             return self.finish(t0)
         checks = plan_checks(self.ch, sets=self.sets, seeds=self.seeds, device=self.device)
         timed = plan_timing(self.ch, self.time_sets) if (self.timing and self.device == "cuda") else []
-        with tempfile.TemporaryDirectory(prefix="flashtutor-") as tmp:
-            self.tmp = tmp
-            bar = Progress(len(checks) + len(timed), f"grading {self.ch.key} · {self.path.name}") \
-                if self.progress else None
-            try:
-                self._grade(checks, timed, bar)
-            finally:
-                if bar:
-                    bar.close()
-                if getattr(self, "worker", None):
-                    self.worker.stop()
-                if getattr(self, "shm", None):
-                    self.arena = None
-                    try:
-                        self.shm.unlink()
-                        self.shm.close()
-                    except (BufferError, OSError):
-                        pass          # a view still holds the mapping: it goes with the process
+        bar = Progress(len(checks) + len(timed), f"grading {self.ch.key} · {self.path.name}") if self.progress else None
+        try:
+            self._grade(checks, timed, bar)
+        finally:
+            if bar:
+                bar.close()
+            self.worker.stop()
+            if getattr(self, "shm", None):
+                self.arena = None
+                try:
+                    self.shm.unlink()
+                    self.shm.close()
+                except (BufferError, OSError):
+                    pass          # a view still holds the mapping: it goes with the process
         return self.finish(t0)
 
     def finish(self, t0: float) -> Report:
@@ -387,14 +210,12 @@ class Judge:
 
     def _grade_on_stream(self, checks, timed, bar) -> None:
         r = self.report
-        setup = {"path": str(self.path), "files": [str(f) for f in self.sub.files], "device": self.device,
-                 "kind": self.ch.kind, "root": str(Path(__file__).resolve().parents[2]), "trace": self.ch.anticheat}
-        self.worker = WorkerHandle(setup, self.tmp, self.setup_timeout)
         self.arena, self.events, self.arena_msg = self._setup_device(checks, timed)
         if self.device == "cuda" and timed:
-            self.worker.while_starting = _warm_tracer
+            from .timing import warm_tracer
+            self.worker.while_starting = warm_tracer
         try:
-            ready = self.worker.start(self.arena_msg)
+            ready = self.worker.attach(self.arena_msg)
         except WorkerFailed as e:
             r.set_error(e.cause, e.message, log=e.log)
             return
@@ -519,23 +340,58 @@ class Judge:
 
 
 # ---------------------------------------------------------------- entry ---------------------------------
-def _gpu_available() -> bool:
-    """Whether a CUDA GPU is visible, asked without initialising CUDA in this process."""
-    import subprocess
-    import sys
+def worker_setup(ch: Chapter, sub: Submission, device: str) -> dict:
+    """What a worker is told before anything else (no torch needed to say it)."""
+    return {"path": str(sub.entry), "files": [str(f) for f in sub.files], "device": device, "kind": ch.kind,
+            "root": str(Path(__file__).resolve().parents[2]), "trace": ch.anticheat}
+
+
+def _tmpdir() -> str:
+    """A folder for the workers' logs, removed when the process exits."""
+    import atexit
+    import shutil
+    d = tempfile.mkdtemp(prefix="flashtutor-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def _gpu_present() -> bool:
+    """Whether the driver sees a GPU, asked through NVML (no torch, no CUDA context in this process)."""
+    import ctypes
     try:
-        r = subprocess.run([sys.executable, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-                           capture_output=True, timeout=120)
-        return r.returncode == 0
-    except Exception:  # noqa: BLE001
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() != 0:
+            return False
+        n = ctypes.c_uint(0)
+        ok = nvml.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0 and n.value > 0
+        nvml.nvmlShutdown()
+        return ok
+    except (OSError, AttributeError):
         return False
 
 
+
 def run_judge(kwargs: dict) -> Report:
-    """Grade in this process (the caller has not run the learner's code: the CLI, pytest)."""
+    """Grade in this process (the caller has not run the learner's code: the CLI, pytest, a judge process).
+
+    The worker is launched first, before this process imports torch, so that the two start up side by
+    side (importing torch and starting the tracer take seconds each on a slow host)."""
     ch = get_chapter(kwargs.pop("chapter"))
     sanitize = kwargs.pop("sanitize", False)
-    j = Judge(ch, **kwargs)
+    device = kwargs.pop("device", None)
+    sub = Submission.at(kwargs["path"])
+    guess = device or ("cuda" if _gpu_present() else "cpu")
+    worker = None
+    if not sub.syntax_errors and not (ch.kind in ("cuda", "cutlass") and guess != "cuda"):
+        worker = WorkerHandle(worker_setup(ch, sub, guess), _tmpdir(), kwargs["setup_timeout"])
+        worker.launch()
+    if device is None:
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if worker is not None and device != guess:      # NVML saw a GPU this torch cannot use: start again
+        worker.stop()
+        worker = None
+    j = Judge(ch, device=device, worker=worker, **kwargs)
     report = j.run()
     if sanitize:
         from .rules import fold_sanitizer
@@ -605,14 +461,7 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
         from ..env import in_notebook
         separate_judge = in_notebook()
     if not separate_judge:
-        if device is None:
-            import torch
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        kwargs["device"] = device
         return run_judge(kwargs)
-    if device is None:
-        device = "cuda" if _gpu_available() else "cpu"   # asked in a subprocess: CUDA stays out of the notebook
-    kwargs["device"] = device
     kwargs["progress"] = False
     return _judge_process(kwargs)
 

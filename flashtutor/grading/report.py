@@ -10,7 +10,6 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..check import RATIO
 from .evidence import Cause, CaseResult, TimingResult, Verdict
 
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not run": "bold yellow", "disturbed": "bold yellow"}
@@ -85,6 +84,7 @@ class Report:
 
     # ------------------------------------------------------------------ what was checked, in words
     def describe(self, ch) -> None:
+        from ..check import RATIO
         from .rules import describe_speed_rule
         m = []
         if self.checks:

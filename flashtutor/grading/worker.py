@@ -19,7 +19,6 @@ import os
 import sys
 import time
 import traceback
-import weakref
 from pathlib import Path
 
 from .evidence import CUDA_FATAL, Cause, Trace, KernelRecord, dumps, trace_to_json

@@ -1,0 +1,197 @@
+"""The judge's handle on a worker process: launched early, fed, read with timeouts, replaced after a crash.
+
+No torch at import: ``grade`` launches the worker before the judge imports anything heavy, so the two
+processes pay their start-up (torch, CUDA, the tracer's first start) side by side.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from .evidence import Cause, MalformedMessage, parse_message
+
+DEBUG = os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0")
+
+
+def debug(*what) -> None:
+    """FLASHTUTOR_DEBUG=1: the judge's steps on stderr, with a clock (the worker's go to its log)."""
+    if DEBUG:
+        import sys
+        print(f"[judge {time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d}]", *what, file=sys.stderr,
+              flush=True)
+
+
+class WorkerFailed(Exception):
+    def __init__(self, cause: Cause, message: str, log: str = ""):
+        super().__init__(message)
+        self.cause, self.message, self.log = cause, message, log
+
+
+class WorkerHandle:
+    """One worker process at a time: spawned, fed, read with timeouts, replaced after a crash."""
+
+    def __init__(self, setup: dict, tmp: str, setup_timeout: float):
+        self.setup, self.tmp, self.setup_timeout = setup, tmp, setup_timeout   # tmp: the folder of its logs
+        self.proc = self.conn = None
+        self.starts = 0
+        self.ready_msg: dict = {}
+        self.while_starting = None      # the judge's own set-up, done while the first worker starts
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.tmp, f"worker-{self.starts}.log")
+
+    def launch(self) -> None:
+        """Start a worker process (``python -m flashtutor.grading.worker`` on one end of a socket pair: nothing
+        of the caller's ``__main__`` is imported there) and send it its set-up. It imports torch and starts its
+        tracer while the judge gets ready; :meth:`attach` then gives it the arena."""
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        self.stop()
+        self.starts += 1
+        mine, theirs = socket.socketpair()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONUNBUFFERED"] = "1"
+        os.makedirs(self.tmp, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "flashtutor.grading.worker", str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, cwd=str(Path(self.setup["path"]).parent))
+        theirs.close()
+        self.conn = Connection(mine.detach())
+        debug(f"worker {self.proc.pid} started, log {self.log}")
+        self.conn.send(self.setup)
+
+    def attach(self, arena_msg: tuple) -> dict:
+        """Give the launched worker the shared arena and wait until it has imported the submission."""
+        import torch.multiprocessing  # noqa: F401 — registers the reducers that share CUDA tensors
+        if self.proc is None:
+            self.launch()
+        self.conn.send(arena_msg)
+        debug("arena sent")
+        if self.while_starting:
+            self.while_starting()
+            self.while_starting = None
+        msg = self.receive(self.setup_timeout, setup=True)
+        debug("worker answered", msg.get("op"))
+        if msg["op"] == "setup_error" or msg["op"] == "error":
+            self.stop()
+            raise WorkerFailed(msg["cause"], msg["message"], self.tail())
+        if msg["op"] != "ready":
+            self.stop()
+            raise WorkerFailed(Cause.MALFORMED, f"the worker answered {msg['op']!r} instead of 'ready'", self.tail())
+        self.ready_msg = msg
+        return msg
+
+    def start(self, arena_msg: tuple) -> dict:
+        """A fresh worker, attached: after a crash, or when none was launched early."""
+        self.launch()
+        return self.attach(arena_msg)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def request(self, msg: tuple, timeout: float) -> dict:
+        debug("->", msg[0], msg[1] if len(msg) > 1 and isinstance(msg[1], dict) else "")
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            return self._dead("")
+        return self.receive(timeout)
+
+    def receive(self, timeout: float, *, setup: bool = False) -> dict:
+        if not self.conn.poll(timeout):
+            self.stop()
+            if setup:
+                raise WorkerFailed(Cause.TIMEOUT, f"setup (import/compile) took longer than {timeout:.0f} s", self.tail())
+            return {"op": "error", "cause": Cause.TIMEOUT, "fatal": True, "where": "", "log": self.tail(),
+                    "message": f"no answer within {timeout:.0f} s: the kernel hangs (an endless loop, a barrier not "
+                               "every thread reaches, a spin-wait) or is far too slow"}
+        try:
+            raw = self.conn.recv_bytes(64 << 20)
+        except (EOFError, OSError):
+            if setup:
+                code = self._wait(5)
+                raise WorkerFailed(Cause.CRASH, f"the worker {_exit(code)} while importing the submission",
+                                   self.tail())
+            return self._dead("")
+        try:
+            m = parse_message(raw)
+            debug("<-", m.get("op"), m.get("message", "")[:100] if m.get("op") != "trace" else len(m["trace"].kernels))
+            return m
+        except MalformedMessage as e:
+            self.stop()
+            return {"op": "error", "cause": Cause.MALFORMED, "fatal": True, "where": "", "log": "",
+                    "message": f"the worker sent a malformed message ({e}); the grading of this process stopped"}
+
+    def _wait(self, timeout: float):
+        try:
+            return self.proc.wait(timeout)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _dead(self, what: str) -> dict:
+        code = self._wait(5)
+        tail = self.tail()
+        self.stop()
+        return {"op": "error", "cause": Cause.CRASH, "fatal": True, "where": "", "log": tail,
+                "message": f"the process {_exit(code)}" + (f"; its last output:\n{tail}" if tail else "")}
+
+    def keep_log(self) -> None:
+        """FLASHTUTOR_WORKER_LOGS=DIR: keep each worker's log there (the learner's prints, crashes)."""
+        keep = os.environ.get("FLASHTUTOR_WORKER_LOGS")
+        if keep and os.path.exists(self.log):
+            import shutil
+            os.makedirs(keep, exist_ok=True)
+            shutil.copy(self.log, os.path.join(keep, f"{Path(self.setup['path']).parent.name}-{os.getpid()}-"
+                                                     f"{os.path.basename(self.log)}"))
+
+    def tail(self, n: int = 15) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                lines = [ln.rstrip() for ln in f.readlines() if ln.strip()]
+            return "\n".join(lines[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                if self.proc.poll() is None:
+                    try:
+                        self.conn.send(("quit",))
+                    except Exception:  # noqa: BLE001
+                        pass
+                    self._wait(2)
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                self._wait(10)
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.keep_log()
+        self.proc = None
+
+
+def _exit(code) -> str:
+    import signal
+    names = {-signal.SIGSEGV: "segmentation fault", -signal.SIGABRT: "abort", -signal.SIGKILL: "killed",
+             -signal.SIGBUS: "bus error", -signal.SIGFPE: "floating-point exception"}
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        return f"was killed by signal {-code} ({names.get(code, 'signal')})"
+    return f"exited with code {code}"
