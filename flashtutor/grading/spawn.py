@@ -77,8 +77,11 @@ class WorkerHandle:
         import torch.multiprocessing  # noqa: F401 — registers the reducers that share CUDA tensors
         if self.proc is None:
             self.launch()
-        self.conn.send(arena_msg)
-        debug("arena sent")
+        try:
+            self.conn.send(arena_msg)
+            debug("arena sent")
+        except (BrokenPipeError, OSError):
+            pass              # it already stopped (an import error): its message is waiting to be read
         if self.while_starting:
             self.while_starting()
             self.while_starting = None

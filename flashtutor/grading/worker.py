@@ -169,6 +169,17 @@ class Worker:
         self.streams = _Streams()
         self.tracer = Tracer(self.cuda)
         self.graphs: dict = {}
+        # First what needs no arena, while the judge is still getting ready: CUDA, the tracer's costly first
+        # start, the submission's import (and its compiles).
+        if self.cuda:
+            torch.cuda.init()
+            self.streams.install(torch)
+        if setup.get("trace", True):
+            self.tracer.start()
+            self.tracer.stop()
+        _debug("tracer warm")
+        self.fn = self._import()
+        _debug("imported", self.path)
         msg = conn.recv()                   # ("arena", tensor, A handle, B handle) | ("arena_shm", name, numel)
         if msg[0] == "arena_shm":
             from multiprocessing import resource_tracker, shared_memory
@@ -185,14 +196,7 @@ class Worker:
             dev = torch.cuda.current_device()
             self.A = torch.cuda.Event.from_ipc_handle(dev, msg[2])
             self.B = torch.cuda.Event.from_ipc_handle(dev, msg[3])
-            self.streams.install(torch)
         _debug("arena", tuple(self.arena.shape), self.arena.device)
-        if setup.get("trace", True):                    # pay the tracer's one-time start-up before the import
-            self.tracer.start()
-            self.tracer.stop()
-        _debug("tracer warm")
-        self.fn = self._import()
-        _debug("imported", self.path)
 
     # ------------------------------------------------------------ setup
     def _import(self):
