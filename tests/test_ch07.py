@@ -9,11 +9,13 @@ import importlib
 import io
 from pathlib import Path
 
+import re
+
 import pytest
 
 from flashtutor.chapters import CHAPTERS, ROOT
 from flashtutor.loaders import load_cuda, tma
-from flashtutor.loaders.nvrtc import cuda_include_dir
+from flashtutor.loaders.nvrtc import course_include_dir, cuda_include_dir
 from flashtutor.sass import disassemble, histogram
 
 # step: (kernel file, kernel name prefix, launcher module)
@@ -44,7 +46,7 @@ def sass(built):
 def _compile_log(path: Path) -> str:
     """NVRTC's log (ptxas's remarks included) for one file compiled for sm_90a."""
     from cuda.core import Program, ProgramOptions
-    opts = ProgramOptions(name=str(path), arch="sm_90a", std="c++17", include_path=[str(path.parent), cuda_include_dir()])
+    opts = ProgramOptions(name=str(path), arch="sm_90a", std="c++17", include_path=[str(path.parent), course_include_dir(), cuda_include_dir()])
     log = io.StringIO()
     Program(path.read_text(), "c++", opts).compile("cubin", logs=log)
     return log.getvalue().replace("\x00", "")
@@ -247,3 +249,14 @@ def test_step_c_keeps_its_overlaps(sass):
         assert any(i.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1") for i in instrs), name
         assert any("BAR.ARV" in i and "0x100" in i for i in instrs), name
         assert any(i.startswith("BAR.SYNC") and "0x100" in i for i in instrs), name
+
+
+def test_the_ptx_wrappers_live_in_one_header():
+    """Every chapter-7 kernel includes flashtutor/cuda/hopper.cuh; none defines a wrapper of its own."""
+    header = ROOT / "flashtutor/cuda/hopper.cuh"
+    wrappers = set(re.findall(r"__forceinline__ \w+ (\w+)\(", header.read_text()))
+    assert {"mbar_wait", "tma_load_2d", "make_desc", "wgmma_fence", "fence_regs", "fast_exp2"} <= wrappers
+    for path in [p for p, _, _ in STEPS.values()] + [SOLUTION, EXERCISE]:
+        text = path.read_text()
+        assert '#include "hopper.cuh"' in text, path
+        assert not wrappers & set(re.findall(r"__forceinline__ \w+ (\w+)\(", text)), path

@@ -8,7 +8,7 @@
 //                       registers with the fragment layout of the header of k07a_wgmma_tma.cu.
 //   probe_wgmma_rs_d*   C = P·V for P [64, 64] read from global memory straight into the register
 //                       A-fragment layout, V [64, D] by TMA (MN-major descriptor, "transpose B").
-// One block of one warpgroup each. The PTX wrappers are step a's (included below).
+// One block of one warpgroup each. The PTX wrappers come from flashtutor/cuda/hopper.cuh (through step a, included below).
 #include "k07a_wgmma_tma.cu"
 
 extern "C" __global__ void __launch_bounds__(128, 1) probe_tma_swizzle(

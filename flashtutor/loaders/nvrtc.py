@@ -65,8 +65,24 @@ def cuda_include_dir() -> str | None:
     return None
 
 
+COURSE_HEADERS = Path(__file__).resolve().parent.parent / "cuda"   # flashtutor/cuda: headers every kernel may include
+
+
+def course_include_dir() -> str:
+    """The course's own CUDA headers (``#include "hopper.cuh"``), on NVRTC's include path for every compile."""
+    return str(COURSE_HEADERS)
+
+
 def _local_headers(src: str, folder: Path) -> list[Path]:
-    return sorted({folder / m for m in re.findall(r'#\s*include\s*"([^"]+)"', src) if (folder / m).exists()})
+    """The quoted includes of a source that exist beside it or among the course's headers (they go into the
+    cache key: a changed header recompiles)."""
+    found = set()
+    for m in re.findall(r'#\s*include\s*"([^"]+)"', src):
+        for d in (folder, COURSE_HEADERS):
+            if (d / m).exists():
+                found.add(d / m)
+                break
+    return sorted(found)
 
 
 def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None,
@@ -97,7 +113,7 @@ def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: d
         raise CompileError(str(path), "error: CUDA headers not found (cuda_fp16.h, mma.h). "
                            "pip install nvidia-cuda-runtime nvidia-cuda-crt, or set CUDA_HOME to a toolkit.")
     opts = ProgramOptions(
-        name=str(path), arch=arch, std="c++17", include_path=[str(path.parent), inc], lineinfo=True,
+        name=str(path), arch=arch, std="c++17", include_path=[str(path.parent), course_include_dir(), inc], lineinfo=True,
         define_macro=[(k, str(v)) for k, v in defines.items()] or None, **(extra_options or {}))
     try:
         obj = Program(src, "c++", opts).compile("cubin")
