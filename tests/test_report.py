@@ -70,3 +70,13 @@ def test_a_wrong_case_fails_whatever_the_timing():
     r.checks.append(CaseResult("B2 H3 S113 D64", 2, False, Cause.TAIL, "rows s ≥ 64 were never written"))
     decide(r, CH)
     assert r.verdict == Verdict.FAIL and "tail" in r.summary
+
+
+def test_report_shows_course_paths_relative_and_a_one_line_repr():
+    from flashtutor.chapters import ROOT
+    r = report()
+    r.path = str(ROOT / "chapters/02_tiling/attention.py")
+    assert r.shown_path == "chapters/02_tiling/attention.py"
+    for text in (str(r), r._repr_html_(), repr(r)):
+        assert str(ROOT) not in text
+    assert "\n" not in repr(r) and len(repr(r)) < 300 and "PASS" in repr(r)

@@ -59,6 +59,20 @@ class Report:
         return any(f["severity"] == "forbidden" for f in self.static)
 
     @property
+    def shown_path(self) -> str:
+        """The submission's path as a reader should see it: relative to the course's folder when inside it."""
+        from pathlib import Path
+
+        from ..chapters import ROOT
+        try:
+            return str(Path(self.path).resolve().relative_to(ROOT))
+        except ValueError:
+            return self.path
+
+    def __repr__(self) -> str:          # what a notebook stores beside the HTML: one line, not every field
+        return f"<flashtutor report: chapter {self.chapter}, {self.shown_path}: {str(self.verdict).upper()} — {self.summary}>"
+
+    @property
     def passed(self) -> bool:
         return self.verdict == Verdict.PASS
 
@@ -190,7 +204,7 @@ class Report:
 
         parts = []
         head = Text.assemble((f"{str(self.verdict).upper()}", VERDICT_STYLE.get(str(self.verdict), "bold")),
-                             f"  chapter {self.chapter} — {self.title}\n", (self.path, "dim"), "\n", self.summary)
+                             f"  chapter {self.chapter} — {self.title}\n", (self.shown_path, "dim"), "\n", self.summary)
         parts.append(Panel(head, title="flashtutor grade", expand=False))
         if self.env:
             parts.append(Text(self.env_line() + (f" · graded in {self.seconds:.0f} s" if self.seconds else ""),
@@ -251,7 +265,7 @@ class Report:
             str(self.verdict), "#cf222e")
         h = [f"<div><b style='color:{color}'>{html.escape(str(self.verdict).upper())}</b> "
              f"— chapter {html.escape(self.chapter)}: {html.escape(self.title)}<br>"
-             f"<code>{html.escape(self.path)}</code><br>{html.escape(self.summary)}</div>"]
+             f"<code>{html.escape(self.shown_path)}</code><br>{html.escape(self.summary)}</div>"]
         if self.env:
             h.append(f"<div style='color:#666'>{html.escape(self.env_line())}</div>")
         if self.checks:
