@@ -204,10 +204,6 @@ class TimingResult:
     busy_fraction: float | None = None           # traced kernel time / measured window (yours)
     skipped: str = ""                            # why this shape was not timed
 
-    @property
-    def ok(self) -> bool:
-        return not self.causes and not self.skipped
-
     def to_dict(self) -> dict:
         d = asdict(self)
         d["times"] = {k: m.to_dict() for k, m in self.times.items()}

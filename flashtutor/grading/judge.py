@@ -180,8 +180,8 @@ class Judge:
         if self.device == "cuda":
             free = torch.cuda.mem_get_info()[0]
             budget = min(ARENA_MAX_BYTES, free // 6)
-            elems = max(need * 2, min(budget // 2, need * 64) if timed else need)
-            elems = max(elems, need)
+            slots = min(budget // 2, need * 64) if timed else need     # up to 64 calls of the largest shape
+            elems = max(slots, need * (2 if timed else 1))              # a timed shape needs two slots at least
             with _POOL_LOCK:     # a pool of its own: nothing else of the judge's lies in the block the worker maps
                 self.pool = torch.cuda.MemPool()
                 with torch.cuda.use_mem_pool(self.pool):
@@ -343,7 +343,7 @@ class Judge:
 def worker_setup(ch: Chapter, sub: Submission, device: str) -> dict:
     """What a worker is told before anything else (no torch needed to say it)."""
     return {"path": str(sub.entry), "files": [str(f) for f in sub.files], "device": device, "kind": ch.kind,
-            "root": str(Path(__file__).resolve().parents[2]), "trace": ch.anticheat}
+            "trace": ch.anticheat}
 
 
 def _tmpdir() -> str:

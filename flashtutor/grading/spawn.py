@@ -35,7 +35,6 @@ class WorkerHandle:
         self.setup, self.tmp, self.setup_timeout = setup, tmp, setup_timeout   # tmp: the folder of its logs
         self.proc = self.conn = None
         self.starts = 0
-        self.ready_msg: dict = {}
         self.while_starting = None      # the judge's own set-up, done while the first worker starts
 
     @property
@@ -93,7 +92,6 @@ class WorkerHandle:
         if msg["op"] != "ready":
             self.stop()
             raise WorkerFailed(Cause.MALFORMED, f"the worker answered {msg['op']!r} instead of 'ready'", self.tail())
-        self.ready_msg = msg
         return msg
 
     def start(self, arena_msg: tuple) -> dict:

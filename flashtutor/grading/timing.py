@@ -317,8 +317,8 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
         per = {}
         for name in cands:
             per_call = max((est[name][3] - est[name][1]) / 2, 0.5)
-            n2 = int(min(max(TARGET_WINDOW_US / per_call, MIN_CALLS), max_calls))
-            per[name] = (max(1, n2 // 4), n2)
+            n2 = max(2, int(min(max(TARGET_WINDOW_US / per_call, MIN_CALLS), max_calls)))
+            per[name] = (min(max(1, n2 // 4), n2 - 1), n2)      # two different sizes: a slope needs them
     if capture is not None:          # graphs are captured for one pair of sizes: the learner's
         per = {name: per["learner"] for name in cands}
         graphs = capture(*per["learner"])

@@ -58,12 +58,9 @@ class _Streams:
 
 
 class _CourseKernelGuard:
-    """An early, friendly refusal to import the course's own kernels (``flashtutor.kernels``, files under
-    ``solutions/``) from a submission. Not the defence: the judge requires the kernels that run to be
-    compiled from the learner's own files; this only says so sooner."""
-
-    def __init__(self, root: Path, own_folder: Path):
-        self.root, self.own = root, own_folder
+    """An early, friendly refusal to import the course's own kernels (``flashtutor.kernels``) from a
+    submission. Not the defence: the judge requires the kernels that run to be compiled from the learner's
+    own files (a solution loaded by its path is caught there); this only says so sooner."""
 
     def find_spec(self, name, path=None, target=None):
         if name == "flashtutor.kernels" or name.startswith("flashtutor.kernels."):
@@ -202,8 +199,7 @@ class Worker:
     def _import(self):
         from ..loaders import CompileError
         from .submission import load_module
-        root = Path(self.setup["root"])
-        sys.meta_path.insert(0, _CourseKernelGuard(root, self.path.parent))
+        sys.meta_path.insert(0, _CourseKernelGuard())
         try:
             mod = load_module(self.path)
         except CompileError as e:
