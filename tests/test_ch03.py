@@ -221,9 +221,3 @@ def test_step_is_correct_on_odd_and_seed(step):
         set_poisoning(False)
     assert not bad, "\n".join(bad)
 
-
-@pytest.mark.gpu
-def test_stub_fails_on_gpu():
-    from flashtutor import grade
-    r = grade("03", progress=False, timing=False, sets=("odd",))
-    assert r.verdict == "fail"

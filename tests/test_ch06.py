@@ -406,14 +406,4 @@ def test_solution_is_capturable_and_reads_its_inputs_at_replay():
         assert sol_mod.attention(q, k, v, causal=p.causal) is own  # same key: the same static output
 
 
-@pytest.mark.gpu
-def test_solution_passes_on_gpu():
-    r = grade("06", solution=True, progress=False, timing=False)
-    assert r.verdict == "pass", r.failures[:3]
 
-
-@pytest.mark.gpu
-def test_stub_fails_on_gpu():
-    r = grade("06", progress=False, timing=False, sets=("seed", "odd"))
-    assert r.verdict == "fail"
-    assert causes(r) <= {"error", "unwritten"}, causes(r)
