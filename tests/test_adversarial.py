@@ -16,7 +16,7 @@ CPU_CASES = [c for c in CASES if not c.gpu]
 def _grade(case, tmp_path, device, **kw):
     gpu = device == "cuda"
     return grade(chapter_for(case), case.path(tmp_path), device=device, progress=False, timing=case.timing,
-                 sets=("adversarial",) if gpu else None, seeds=1, check_timeout=30 if gpu else 20,
+                 sets=("adversarial",) if gpu else None, seeds=1, check_timeout=20,
                  time_sets=("adversarial",) if case.timing else None, sanitize=case.sanitize, rounds=3, **kw)
 
 
@@ -35,7 +35,7 @@ def test_case_on_cpu(case, tmp_path):
 @pytest.mark.gpu
 def test_whole_corpus_on_gpu(tmp_path):
     """Every case in one pytest process: each verdict as expected, and the grading survives crashes,
-    hangs and cheats. Untimed cases run four at a time, each in a judge process of its own (judges in threads
+    hangs and cheats. Untimed cases run six at a time, each in a judge process of its own (judges in threads
     of one process hung on the H100, 2026-11-23: not yet understood); timed ones after them (a timed shape has
     the GPU to itself). Writes a table to $FLASHTUTOR_CORPUS_JSON if set, a row as each case ends."""
     import faulthandler
@@ -62,7 +62,7 @@ def test_whole_corpus_on_gpu(tmp_path):
                 json.dump({"total_seconds": round(time.time() - t0, 1), "cases": rows}, f, indent=1)
         return row
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=6) as pool:
         list(pool.map(lambda c: keep(one(c)), [c for c in CASES if not c.timing]))
     for c in CASES:
         if c.timing:

@@ -231,6 +231,22 @@ def test_encode_needs_a_gpu():
     assert m.plan.box_bytes == 8192 and len(m.cu_map.opaque) == 16
 
 
+def test_encode_arguments_are_accepted_by_the_bindings():
+    """The bindings' own argument conversion runs before the driver is reached: plain ints where the
+    driver wants cuuint32_t fail there ("Cannot convert int"), on any machine, so this runs on a CPU."""
+    import torch
+    from cuda.bindings import driver
+    plan = tma.plan_2d(256, 128, box_rows=64)
+    try:
+        err, _ = driver.cuTensorMapEncodeTiled(*tma.encode_args(driver, plan, torch.float16, 1 << 20))
+    except TypeError:
+        raise
+    except Exception as e:  # noqa: BLE001 — no driver on this machine, after the arguments were converted
+        assert "driver" in str(e).lower(), e
+        return
+    assert err is not None
+
+
 def test_launcher_refuses_non_hopper_before_compiling(monkeypatch):
     import torch
     mod = importlib.import_module(STEPS["a"][2])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..chapters import Chapter, get_chapter
 from ..progress import Progress
-from .evidence import Cause, CaseResult, TimingResult
+from .evidence import CUDA_FATAL, Cause, CaseResult, TimingResult
 from .report import Report
 from .spawn import WorkerFailed, WorkerHandle, _exit, debug
 from .submission import Submission
@@ -26,6 +26,7 @@ from . import trace as tr
 if TYPE_CHECKING:
     from ..problems import Problem
 
+LOSES_WORKER = {Cause.TIMEOUT, Cause.CRASH} | {c for _, c in CUDA_FATAL}
 SETUP_TIMEOUT = 300.0
 CHECK_TIMEOUT = 120.0
 TIME_TIMEOUT = 300.0
@@ -55,10 +56,14 @@ def plan_checks(ch: Chapter, *, sets=None, seeds=None, device="cuda") -> list[tu
                 seen.add(pc)
                 out += [(pc, rng.randrange(1 << 40)) for _ in range(seeds)]
     if ch.large_logits:
-        # exp() overflows fp32 without the max subtraction: q, k scaled by 6 give scores of std 36
+        # exp() overflows fp32 without the max subtraction: q, k scaled by 6 give scores of std 36. At every
+        # head dim the chapter supports (its own sets), even when the caller chose sets with fewer dims.
         problems = [p for s in sets for p in shape_set(s)]
-        for D in sorted({p.D for p in problems}):
-            base = next((p for p in problems if p.D == D and p.S >= 32), None)
+        own = ("cpu",) if device == "cpu" else ch.check_sets
+        dims = sorted({p.D for p in problems} | {p.D for s in own for p in shape_set(s)})
+        for D in dims:
+            base = next((p for p in problems if p.D == D and p.S >= 32), None) \
+                or next((p.replace(D=D) for p in problems if p.S >= 32), None)
             if base is None:
                 continue
             for causal in ((False, True) if ch.causal else (False,)):
@@ -229,14 +234,17 @@ class Judge:
                                 and self.ch.anticheat)
         from .timing import GpuLock
         self.lock = GpuLock() if self.device == "cuda" else None
-        timeouts = 0
+        lost = []                 # cases that cost the worker (a hang, a crash, a lost CUDA context)
         for i, (p, seed) in enumerate(checks):
-            if timeouts >= 2:
-                r.checks.append(CaseResult(p.name, seed, False, Cause.NOT_RUN, f"skipped after {timeouts} timeouts"))
+            if len(lost) >= 2:
+                r.checks.append(CaseResult(p.name, seed, False, Cause.NOT_RUN,
+                                           f"skipped after two cases ended in {' and '.join(sorted(set(lost)))}: "
+                                           "each costs a fresh process, and the next would most likely do the same"))
             else:
                 res = self.check(p, seed)
                 r.checks.append(res)
-                timeouts += res.cause == Cause.TIMEOUT
+                if res.cause in LOSES_WORKER:
+                    lost.append(str(res.cause))
             if bar:
                 bar.advance()
         debug(f"{len(r.checks)} checks done, {sum(c.ok for c in r.checks)} ok")

