@@ -23,3 +23,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---------------------------------------------------------------- the GPU tier's shared gradings ----
+@pytest.fixture(scope="session")
+def gradings(tmp_path_factory):
+    """Every grading of the GPU tier, started together the first time a test asks (tests/gpu_gradings.py)."""
+    import faulthandler
+    import os
+    from gpu_gradings import Gradings
+    faulthandler.dump_traceback_later(480, repeat=True)          # if anything hangs, say where
+    os.environ.setdefault("FLASHTUTOR_DEBUG_DUMP_S", "400")
+    g = Gradings(tmp_path_factory.mktemp("gradings"))
+    yield g
+    g.shutdown()
+    faulthandler.cancel_dump_traceback_later()
+
+
+def _gpu_lock(mode: str):
+    from flashtutor.grading.timing import GpuLock
+    return getattr(GpuLock(), mode)()
+
+
+@pytest.fixture
+def gpu_shared():
+    """A test that computes on the GPU in pytest's own process: never beside a grading's timed section.
+    (Not for tests that call grade() here or wait for a grading: the grader takes the lock itself.)"""
+    with _gpu_lock("shared"):
+        yield
+
+
+@pytest.fixture
+def gpu_alone():
+    """A test that times on the GPU in pytest's own process: alone, as the grader's timed sections are."""
+    with _gpu_lock("exclusive"):
+        yield

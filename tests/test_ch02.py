@@ -220,6 +220,7 @@ def test_stub_leaves_the_output_unwritten_in_the_emulation(tmp_path, monkeypatch
 
 
 # ---------------------------------------------------------------- GPU tier ----------------------
+@pytest.mark.usefixtures("gpu_shared")
 @pytest.mark.gpu
 @pytest.mark.parametrize("step", "abc")
 def test_step_correct_on_gpu(step):

@@ -196,6 +196,7 @@ def test_emulation_catches_a_broken_kernel(name, tmp_path):
 
 
 # ---------------------------------------------------------------- GPU tier ----------------------
+@pytest.mark.usefixtures("gpu_shared")
 @pytest.mark.gpu
 @pytest.mark.parametrize("step", sorted(STEPS))
 def test_step_is_correct_on_odd_and_seed(step):

@@ -282,6 +282,7 @@ def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
+@pytest.mark.usefixtures("gpu_shared")
 @pytest.mark.gpu
 def test_reference_is_correct_on_seed_and_odd_shapes():
     if not _hopper():
@@ -296,6 +297,7 @@ def test_reference_is_correct_on_seed_and_odd_shapes():
             assert r.ok, f"{pc.name}: {r.message}"
 
 
+@pytest.mark.usefixtures("gpu_alone")
 @pytest.mark.gpu
 def test_each_gemm_reaches_80_percent_of_cublas_at_the_seed_shape():
     if not _hopper():
@@ -311,6 +313,7 @@ def test_each_gemm_reaches_80_percent_of_cublas_at_the_seed_shape():
         assert r["pct_of_cublas"] >= 80.0, f"{op}: {r['us']:.1f} µs vs cuBLAS {r['cublas_us']:.1f} µs"
 
 
+@pytest.mark.usefixtures("gpu_alone")
 @pytest.mark.gpu
 def test_pipeline_runs_near_the_speed_of_its_own_traffic():
     """The design is memory-bound by the S×S scores; the reference must not waste much more on top.

@@ -348,6 +348,7 @@ def _graph_pair(p):
     return min(a), min(b), backend
 
 
+@pytest.mark.usefixtures("gpu_alone")
 @pytest.mark.gpu
 def test_target_s128_b32_faster_than_sdpa_graph_replayed():
     from flashtutor.problems import Problem
@@ -355,6 +356,7 @@ def test_target_s128_b32_faster_than_sdpa_graph_replayed():
     assert mine < sdpa_us, f"solution {mine:.2f} µs, SDPA ({backend}) {sdpa_us:.2f} µs"
 
 
+@pytest.mark.usefixtures("gpu_alone")
 @pytest.mark.gpu
 def test_s128_b32_distance_to_the_hbm_floor():
     """The issue's target, 1.15× the HBM floor at B32 S128, is out of reach with a flushed L2: on an H200
@@ -369,6 +371,7 @@ def test_s128_b32_distance_to_the_hbm_floor():
     assert mine <= 2.0 * floor, f"solution {mine:.2f} µs = {mine / floor:.2f}× the HBM floor {floor:.2f} µs"
 
 
+@pytest.mark.usefixtures("gpu_alone")
 @pytest.mark.gpu
 def test_target_seed_shape_faster_than_sdpa_graph_replayed():
     from flashtutor.problems import Problem
@@ -376,6 +379,7 @@ def test_target_seed_shape_faster_than_sdpa_graph_replayed():
     assert mine < sdpa_us, f"solution {mine:.2f} µs, SDPA ({backend}) {sdpa_us:.2f} µs"
 
 
+@pytest.mark.usefixtures("gpu_shared")
 @pytest.mark.gpu
 def test_solution_is_capturable_and_reads_its_inputs_at_replay():
     """Inside someone else's capture the solution launches directly; replaying that graph after

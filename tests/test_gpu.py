@@ -2,10 +2,12 @@
 import pytest
 
 from flashtutor import grade
+from gpu_gradings import REFERENCES, STUBS, TIMED
 
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.usefixtures("gpu_alone")
 def test_timing_compare_and_graph_on_gpu():
     import torch
 
@@ -18,6 +20,7 @@ def test_timing_compare_and_graph_on_gpu():
     assert 0 < g.median_us < 10 * st["a"].median_us
 
 
+@pytest.mark.usefixtures("gpu_shared")
 def test_loader_launches_on_torch_stream():
     import torch
 
@@ -37,46 +40,13 @@ def test_loader_launches_on_torch_stream():
         mod.k(grid=(1,), block=(1,), args=(x, 1000))
 
 
-CHAPTERS = __import__("flashtutor.chapters", fromlist=["CHAPTERS"]).CHAPTERS
-TIMED = [k for k, c in CHAPTERS.items() if c.time_sets and k != "07"]   # 07: tests/test_ch07.py
-STUBS = [k for k in CHAPTERS if k != "07"]             # 07 needs sm_90 and is graded in tests/test_ch07.py
-REFERENCES = {"01": "flashtutor/kernels/k01_naive_three_pass.py", "04": "flashtutor/kernels/k04_triton_fa2_hopper.py"}
-
-
-@pytest.fixture(scope="module")
-def graded():
-    """Every solution timed for real, every stub and reference graded untimed — all at once, each in a judge
-    process of its own: their correctness calls share the GPU while each timed shape takes it alone (the
-    grader's GPU lock), so the host's cores compile, import and check side by side. A grading that raised
-    is kept as its exception, for its own test to report."""
-    from concurrent.futures import ThreadPoolExecutor
-    jobs = {("solution", k): dict(chapter=k, solution=True, reference=k == "01") for k in TIMED}
-    jobs.update({("stub", k): dict(chapter=k, timing=False, sets=("seed", "odd")) for k in STUBS})
-    jobs.update({("reference", k): dict(chapter=k, path=f, timing=False) for k, f in REFERENCES.items()})
-
-    def one(kw):
-        try:
-            return grade(progress=False, separate_judge=True, **kw)
-        except Exception as e:  # noqa: BLE001
-            return e
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        return dict(zip(jobs, pool.map(one, jobs.values())))
-
-
-def _report(graded, *key):
-    r = graded[key]
-    if isinstance(r, Exception):
-        raise r
-    return r
-
-
 @pytest.mark.parametrize("key", TIMED)
-def test_solution_passes_its_speed_rule(graded, key):
+def test_solution_passes_its_speed_rule(gradings, key):
     """Every chapter's solution, timed for real: it passes its rule, every timed call was re-checked, SDPA
     ran on a named backend, host cost is shown beside GPU time. With $FLASHTUTOR_RESULTS_DIR set, the report
     is written there as grade<NN>-solution-<gpu>-<date>.json, the kind of file the rules cite."""
     import os
-    r = _report(graded, "solution", key)
+    r = gradings.report("solution", key)
     out = os.environ.get("FLASHTUTOR_RESULTS_DIR")
     if out:
         gpu = "h200" if "H200" in r.env.get("gpu", "") else "h100" if "H100" in r.env.get("gpu", "") else "gpu"
@@ -92,22 +62,24 @@ def test_solution_passes_its_speed_rule(graded, key):
 
 
 @pytest.mark.parametrize("key", STUBS)
-def test_stub_fails_as_unwritten(graded, key):
-    r = _report(graded, "stub", key)
+def test_stub_fails_as_unwritten(gradings, key):
+    r = gradings.report("stub", key)
     assert r.verdict == "fail"
     assert {str(c.cause) for c in r.checks if not c.ok} == {"unwritten"}, r.failures[:3]
 
 
 @pytest.mark.parametrize("key", sorted(REFERENCES))
-def test_reference_passes(graded, key):
-    r = _report(graded, "reference", key)
+def test_reference_passes(gradings, key):
+    r = gradings.report("reference", key)
     assert r.verdict == "pass", r.failures[:3]
 
 
-def test_correct_code_is_never_failed_while_another_process_computes():
+def test_correct_code_is_never_failed_while_another_process_computes(gradings):
     """A bf16 matmul loop in another process for the whole grading: the solution gets PASS, or "disturbed"
-    (re-run) — never FAIL, never a cheating verdict."""
+    (re-run) — never FAIL, never a cheating verdict. (After the tier's other gradings: the loop would
+    disturb them.)"""
     import subprocess
+    gradings.wait_all()
     import sys
     loop = subprocess.Popen([sys.executable, "-c",
                              "import torch, time\n"

@@ -285,6 +285,7 @@ def _dump(name: str, result: dict):
         Path(d, f"{name}.json").write_text(json.dumps({**result, "formatted": format_findings(result)}, indent=1))
 
 
+@pytest.mark.usefixtures("gpu_shared")
 @pytest.mark.gpu
 def test_solution_is_clean():
     r = sanitize("01", solution=True, keep_output=True)
@@ -293,6 +294,7 @@ def test_solution_is_clean():
     assert all(t["ran"] for t in r["tools"].values())
 
 
+@pytest.mark.usefixtures("gpu_shared")
 @pytest.mark.gpu
 def test_oob_write_found_at_its_line(tmp_path):
     path = materialize("oob_write", tmp_path / "oob")
@@ -306,6 +308,7 @@ def test_oob_write_found_at_its_line(tmp_path):
     assert "O[(size_t)r * S * D + d]" in path.with_suffix(".cu").read_text().splitlines()[line - 1]
 
 
+@pytest.mark.usefixtures("gpu_shared")
 @pytest.mark.gpu
 def test_missing_syncthreads_found_by_racecheck():
     r = sanitize("01", RACE, tools=("racecheck", "synccheck"), keep_output=True)

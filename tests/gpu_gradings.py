@@ -1,0 +1,78 @@
+"""The GPU tier's gradings, all started at once and shared by the tests that read them.
+
+Every solution (timed), every stub and reference (untimed) and the whole adversarial corpus are graded
+by a pool of threads, each grading in a judge process of its own (judges in threads of one process hung
+on the H100, 2026-11-23). They share the GPU the way the grader lets them: correctness calls take the
+GPU lock shared, each timed shape takes it alone, so the host's cores compile, import and check side by
+side while every timing runs alone. Tests that use the GPU in pytest's own process hold the lock shared
+for their duration (see conftest.py), so they never run beside a timed section either.
+
+A grading that raised is kept as its exception and re-raised by the test that reads it.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from flashtutor import grade
+from flashtutor.chapters import CHAPTERS, ROOT
+
+TIMED = [k for k, c in CHAPTERS.items() if c.time_sets and k != "07"]    # 07: tests/test_ch07.py
+STUBS = [k for k in CHAPTERS if k != "07"]
+REFERENCES = {k: str(ROOT / f) for k, f in {"01": "flashtutor/kernels/k01_naive_three_pass.py",
+                                             "04": "flashtutor/kernels/k04_triton_fa2_hopper.py"}.items()}
+LANES = 8          # gradings at once: a judge and a worker each, on the H100 host's 16 cores
+
+
+def corpus_kwargs(case, tmp: Path, device: str) -> dict:
+    """How a corpus case is graded: the small adversarial set on a GPU, one seed, short timeouts."""
+    from adversarial.cases import chapter_for
+    gpu = device == "cuda"
+    return dict(chapter=chapter_for(case), path=case.path(tmp), device=device, progress=False, timing=case.timing,
+                sets=("adversarial",) if gpu else None, seeds=1, check_timeout=20,
+                time_sets=("adversarial",) if case.timing else None, sanitize=case.sanitize, rounds=3)
+
+
+class Gradings:
+    def __init__(self, tmp: Path):
+        from adversarial.cases import CASES
+        self.pool = ThreadPoolExecutor(LANES)
+        self.jobs: dict[tuple, Future] = {}
+        self.t0 = time.time()
+        # the longest first: timed solutions (their timed shapes queue for the GPU), then the corpus
+        for k in TIMED:
+            self._submit(("solution", k), dict(chapter=k, solution=True, reference=k == "01"))
+        for case in CASES:
+            self._submit(("case", case.name), corpus_kwargs(case, tmp, "cuda"))
+        for k in STUBS:
+            self._submit(("stub", k), dict(chapter=k, timing=False, sets=("seed", "odd")))
+        for k, f in REFERENCES.items():
+            self._submit(("reference", k), dict(chapter=k, path=f, timing=False))
+
+    def _submit(self, key: tuple, kw: dict) -> None:
+        def one():
+            t = time.time()
+            try:
+                r = grade(**{"progress": False, **kw}, separate_judge=True)
+            except Exception as e:  # noqa: BLE001 — re-raised by the test that reads it
+                r = e
+            return r, round(time.time() - t, 1)
+        self.jobs[key] = self.pool.submit(one)
+
+    def report(self, *key):
+        """The report of one grading (waits for it); raises what the grading raised."""
+        r, _ = self.jobs[key].result()
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    def seconds(self, *key) -> float:
+        return self.jobs[key].result()[1]
+
+    def wait_all(self) -> None:
+        for f in self.jobs.values():
+            f.result()
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
