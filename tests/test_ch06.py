@@ -85,7 +85,7 @@ def test_solution_passes_through_the_interpreter():
 def test_stub_fails():
     r = grade("06", device="cpu", progress=False)
     assert r.verdict == "fail"
-    assert causes(r) <= {"error", "unwritten"}, causes(r)
+    assert causes(r) == {"unwritten"}, causes(r)           # the TODO raises NotImplementedError: not written yet
     assert "TODO" in " ".join(r.failures)
 
 

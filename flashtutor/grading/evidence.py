@@ -61,7 +61,6 @@ class Cause(str, Enum):
     ERROR = "error"
     COMPILE_ERROR = "compile error"
     IMPORT_ERROR = "import error"
-    NOT_IMPLEMENTED = "not implemented"
     UNSUPPORTED_GPU = "unsupported GPU"
     ILLEGAL_ADDRESS = "illegal memory access"
     DEVICE_ASSERT = "device-side assert"

@@ -48,9 +48,21 @@ class Submission:
                 continue
             todo += local_imports(tree, p.parent)
         if cuda_glob:
-            own = sorted(entry.parent.glob(entry.stem + "*.cu"))
-            sub.cuda = own or sorted(entry.parent.glob("*.cu"))
+            sub.cuda = sub._cuda_sources()
         return sub
+
+    def _cuda_sources(self) -> list[Path]:
+        """The .cu files of the submission: those named like the entry (attention.cu beside attention.py)
+        or named in its Python files; the folder's others only when the Python loads CUDA in a way that
+        names no file. A Python file that never mentions CUDA sources has none (a Triton kernel among
+        other files, as the course's own kernels in flashtutor/kernels are)."""
+        folder = self.entry.parent
+        every = sorted(folder.glob("*.cu"))
+        text = "\n".join(p.read_text(errors="replace") for p in self.python if p.exists())
+        own = [c for c in every if c.name.startswith(self.entry.stem) or c.name in text]
+        if own:
+            return own
+        return every if re.search(r"\.cu\b|load_cuda|nvrtc|cpp_extension", text) else []
 
     @property
     def files(self) -> list[Path]:

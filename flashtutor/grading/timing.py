@@ -267,7 +267,9 @@ def warm_tracer() -> None:
 
 
 def _profile():
+    import warnings
     from torch.profiler import ProfilerActivity, profile
+    warnings.filterwarnings("ignore", message="Profiler clears events")
     return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])   # as the worker's tracer
 
 

@@ -77,6 +77,8 @@ class Tracer:
     replaced the session), and the judge treats the call as untraced."""
 
     def __init__(self, cuda: bool):
+        import warnings
+        warnings.filterwarnings("ignore", message="Profiler clears events")   # torch's note on cycles: not ours
         self.cuda = cuda
         self.prof = None
         self.nonce = ""
@@ -254,7 +256,8 @@ class Worker:
                 build(verbose=False)
             except NotImplementedError as e:
                 where = _where(e, self.files)
-                raise _SetupFailure(Cause.NOT_IMPLEMENTED, f"{e}" + (f" (at {where})" if where else "")) from None
+                raise _SetupFailure(Cause.UNWRITTEN, f"not written yet: build() raises NotImplementedError({e})"
+                                    + (f" at {where}" if where else "")) from None
             except Exception as e:  # noqa: BLE001
                 if type(e).__name__ == "UnsupportedGPU":
                     raise _SetupFailure(Cause.UNSUPPORTED_GPU, str(e)) from None
@@ -418,6 +421,8 @@ class Worker:
                 cause = Cause.OUT_OF_MEMORY
             elif type(e).__name__ == "CompileError":
                 cause = Cause.COMPILE_ERROR
+            elif isinstance(e, NotImplementedError):          # the exercise's TODO, as generated
+                cause, first = Cause.UNWRITTEN, f"not written yet: {first}"
         self.send({"op": "error", "cause": str(cause), "message": first[:600], "where": _where(e, self.files),
                    "fatal": fatal})
         if fatal:                  # the CUDA context is lost: nothing more can run in this process
