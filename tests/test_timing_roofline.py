@@ -67,3 +67,43 @@ def test_shape_sets_cover_the_design():
     assert {p.D for p in SHAPE_SETS["large"]} == {64, 128} and {p.S for p in SHAPE_SETS["large"]} == {4096, 8192}
     odd = SHAPE_SETS["odd"]
     assert {1, 113, 1023} <= {p.S for p in odd} and all(p.B * p.H > 1 for p in odd)
+
+
+# ---------------------------------------------------------------- the GPU lock and its neighbours ----
+def test_gpu_lock_excludes_a_timer_and_knows_who_obeys_it(tmp_path):
+    """A timer waits for shared holders; the processes that took the lock are registered while alive,
+    and NVML's samples of registered processes do not count as neighbours, those of others do."""
+    import subprocess
+    import sys
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from flashtutor.grading.timing import GpuLock, Neighbours
+    lock, other = GpuLock(tmp_path), GpuLock(tmp_path)
+    order = []
+    with lock.shared():
+        def timer():
+            with other.exclusive():
+                order.append("timer")
+        t = threading.Thread(target=timer)
+        t.start()
+        time.sleep(0.3)
+        order.append("checks done")
+    t.join(5)
+    assert order == ["checks done", "timer"]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        lock.register(child.pid)
+        assert {child.pid, __import__("os").getpid()} <= lock.registered()
+        samples = [SimpleNamespace(pid=child.pid, smUtil=50, timeStamp=1), SimpleNamespace(pid=4242, smUtil=0, timeStamp=2)]
+        nv = SimpleNamespace(nvmlDeviceGetProcessUtilization=lambda h, last: samples)
+        n = Neighbours(set(), lock)
+        n.handle, n.nvml = object(), nv
+        assert n.busy() == ""                                     # a registered grading: not a neighbour
+        samples.append(SimpleNamespace(pid=4343, smUtil=30, timeStamp=3))
+        assert "4343" in n.busy()                                 # anyone else computing is
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in lock.registered()

@@ -286,7 +286,7 @@ class Judge:
                 self.worker.start(self.arena_msg)
             except WorkerFailed as e:
                 return CaseResult(p.name, seed, False, e.cause, e.message, log=e.log)
-        lock = self.lock.shared() if self.lock else contextlib.nullcontext()
+        lock = self.lock.shared(self.worker.pid) if self.lock else contextlib.nullcontext()
         with lock:
             q, k, v, o = views(self.arena, p.shape, 0)
             flat = inputs_view(self.arena, p.shape, 0)
@@ -404,7 +404,13 @@ def run_judge(kwargs: dict) -> Report:
     if sanitize:
         from .rules import fold_sanitizer
         from .sanitize import sanitize as run_sanitizer
-        fold_sanitizer(report, run_sanitizer(ch, j.path))
+        lock = getattr(j, "lock", None)
+        if lock is not None:              # compute-sanitizer's runs are GPU work too: never beside a timing
+            with lock.shared():
+                found = run_sanitizer(ch, j.path)
+        else:
+            found = run_sanitizer(ch, j.path)
+        fold_sanitizer(report, found)
     return report
 
 

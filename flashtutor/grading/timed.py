@@ -26,7 +26,7 @@ class TimedPhase:
         import torch
         self.j, self.torch = judge, torch
         self.bench = tm.Bench(judge.arena, judge.events, judge.worker)
-        self.neighbours = tm.Neighbours({os.getpid()})
+        self.neighbours = tm.Neighbours({os.getpid()}, judge.lock)
         self.rng = random.Random(random.SystemRandom().randrange(1 << 62))
         self.peaks = None
         ch = judge.ch
@@ -47,7 +47,7 @@ class TimedPhase:
             except WorkerFailed as e:
                 res.skipped = f"the worker could not restart: {e.message}"
                 return res
-        lock = self.j.lock.exclusive() if self.j.lock else contextlib.nullcontext()
+        lock = self.j.lock.exclusive(self.j.worker.pid) if self.j.lock else contextlib.nullcontext()
         with lock:
             if self.peaks is None:
                 self.peaks = self._peaks()

@@ -52,16 +52,47 @@ MIN_CALLS = 4
 # ---------------------------------------------------------------- one GPU, several gradings --------
 class GpuLock:
     """Timed sections alone on the GPU: a grading's correctness calls take the lock shared, its timed
-    shapes take it exclusive (a turnstile keeps new shared holders from starving a waiting timer)."""
+    shapes take it exclusive (a turnstile keeps new shared holders from starving a waiting timer).
+
+    The processes that compute only under this lock (judges, their workers, a test process holding it)
+    register their pids in the lock's folder: they cannot compute during another's timed section, so
+    NVML's note that one of them used the GPU (a sample that straddles the moment the lock changed
+    hands) does not make that section "disturbed". Any other process still does."""
 
     def __init__(self, folder: Path | None = None):
         folder = folder or Path(os.environ.get("FLASHTUTOR_CACHE", Path.home() / ".cache" / "flashtutor"))
         folder.mkdir(parents=True, exist_ok=True)
         self.turnstile = open(folder / "gpu.turnstile", "a+")
         self.main = open(folder / "gpu.lock", "a+")
+        self.pids = folder / "gpu.pids"
+        self.pids.mkdir(exist_ok=True)
+
+    def register(self, *pids: int | None) -> None:
+        for pid in {os.getpid(), *pids} - {None}:
+            path = self.pids / str(pid)
+            if not path.exists():
+                path.touch()
+                if pid == os.getpid():
+                    import atexit
+                    atexit.register(lambda p=path: p.unlink(missing_ok=True))
+
+    def registered(self) -> set[int]:
+        """The live processes that compute only under the lock."""
+        out = set()
+        for f in self.pids.iterdir():
+            try:
+                pid = int(f.name)
+                os.kill(pid, 0)
+                out.add(pid)
+            except (ValueError, ProcessLookupError):
+                f.unlink(missing_ok=True)
+            except PermissionError:
+                out.add(pid)          # alive, another user's
+        return out
 
     @contextlib.contextmanager
-    def shared(self):
+    def shared(self, *pids: int | None):
+        self.register(*pids)
         fcntl.flock(self.turnstile, fcntl.LOCK_EX)
         fcntl.flock(self.main, fcntl.LOCK_SH)
         fcntl.flock(self.turnstile, fcntl.LOCK_UN)
@@ -71,7 +102,8 @@ class GpuLock:
             fcntl.flock(self.main, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
-    def exclusive(self):
+    def exclusive(self, *pids: int | None):
+        self.register(*pids)
         fcntl.flock(self.turnstile, fcntl.LOCK_EX)
         try:
             fcntl.flock(self.main, fcntl.LOCK_EX)
@@ -87,8 +119,9 @@ class GpuLock:
 class Neighbours:
     """Processes other than ours computing on this GPU, from NVML (absent: we rely on the spread)."""
 
-    def __init__(self, ours: set[int]):
+    def __init__(self, ours: set[int], lock: GpuLock | None = None):
         self.ours = set(ours)
+        self.lock = lock                  # its registered processes compute only under the lock: not neighbours
         self.handle = None
         self.last = 0
         try:
@@ -114,7 +147,8 @@ class Neighbours:
         except Exception:  # noqa: BLE001 — not supported here (or no samples yet)
             return ""
         self.last = max([s.timeStamp for s in samples] + [self.last])
-        active = sorted({s.pid for s in samples if s.pid not in self.ours and (s.smUtil or 0) > 0})
+        ours = self.ours | (self.lock.registered() if self.lock else set())
+        active = sorted({s.pid for s in samples if s.pid not in ours and (s.smUtil or 0) > 0})
         if not active:
             return ""
         return (f"{len(active)} other process{'es' if len(active) > 1 else ''} computed on this GPU "
