@@ -136,6 +136,9 @@ SHAPE_SETS: dict[str, tuple[Problem, ...]] = {
     # Sequence lengths that are no multiple of any tile, with B > 1 and H > 1 (indexing bugs).
     "odd": _set(Problem(2, 3, 1, 64), Problem(2, 3, 113, 64), Problem(3, 2, 1023, 64),
                 Problem(2, 3, 113, 128), Problem(1, 2, 1023, 128)),
+    # Long sequences that are no multiple of any tile (a tail tile after many full ones), both head dims:
+    # checked wherever a chapter grades the large set.
+    "odd_long": _set(Problem(1, 3, 4097, 64), Problem(1, 2, 4097, 128)),
     # The adversarial corpus on a GPU: partial tiles, B > 1, H > 1, both in few cases.
     "adversarial": _set(Problem(2, 3, 113, 64), Problem(3, 2, 1023, 64)),
     # Small enough for a CPU (the Triton interpreter, the grader's own tests).

@@ -67,6 +67,15 @@ def test_shape_sets_cover_the_design():
     assert {p.D for p in SHAPE_SETS["large"]} == {64, 128} and {p.S for p in SHAPE_SETS["large"]} == {4096, 8192}
     odd = SHAPE_SETS["odd"]
     assert {1, 113, 1023} <= {p.S for p in odd} and all(p.B * p.H > 1 for p in odd)
+    assert all(p.S > 4096 and p.S % 2 == 1 for p in SHAPE_SETS["odd_long"])
+    assert {p.D for p in SHAPE_SETS["odd_long"]} == {p.D for p in SHAPE_SETS["large"]}
+
+
+def test_chapters_grading_the_large_set_check_a_long_odd_length():
+    from flashtutor.chapters import CHAPTERS
+    for ch in CHAPTERS.values():
+        if "large" in ch.check_sets:
+            assert "odd_long" in ch.check_sets, ch.key
 
 
 # ---------------------------------------------------------------- the GPU lock and its neighbours ----
