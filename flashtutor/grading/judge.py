@@ -146,8 +146,9 @@ class Judge:
         if not stop and self.sub.syntax_errors:
             r.set_error(Cause.IMPORT_ERROR, self.sub.syntax_errors[0])
             stop = True
+        r.execution = "gpu" if self.device == "cuda" else {"triton": "interpreted", "torch": "cpu"}.get(self.ch.kind, "")
         if not stop and self.ch.kind in ("cuda", "cutlass") and self.device != "cuda":
-            r.compile_only = True
+            r.compile_only, r.execution = True, "compiled only"
             stop = True
         if stop:
             self.worker.stop()

@@ -43,6 +43,9 @@ class Report:
     error_cause: Cause | None = None
     error_log: str = ""
     compile_only: bool = False
+    # How the learner's code ran: "gpu", "interpreted" (Triton's interpreter on the CPU), "cpu" (plain PyTorch
+    # on the CPU), "emulated" (CUDA kernels built for the CPU), "compiled only" (nothing ran).
+    execution: str = ""
     seconds: float = 0.0
 
     # ------------------------------------------------------------------ filled by the judge
