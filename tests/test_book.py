@@ -64,6 +64,14 @@ def test_book_builds_without_warnings(tmp_path):
     # Nothing outside the table of contents slipped in (solutions, tests, wheels...).
     assert not (html / "solutions").exists()
     assert not (html / "tests").exists()
+    # Formulas render offline: every page with math loads MathJax from the book itself, and it is there.
+    mathjax = html / "_static" / "mathjax"
+    assert (mathjax / "tex-mml-chtml.js").is_file() and any((mathjax / "output/chtml/fonts/woff-v2").glob("*.woff"))
+    pages = [p for p in html.rglob("*.html") if "tex-mml-chtml.js" in p.read_text(errors="replace")]
+    assert any(p.name == "notation.html" for p in pages), "the notation page loads no MathJax"
+    for page in pages:
+        text = page.read_text(errors="replace")
+        assert "cdn.jsdelivr.net" not in text and "_static/mathjax/tex-mml-chtml.js" in text, page
 
 
 def test_broken_toc_fails_the_build(tmp_path):
@@ -71,6 +79,7 @@ def test_broken_toc_fails_the_build(tmp_path):
     src = tmp_path / "src"
     (src / "book").mkdir(parents=True)
     shutil.copy(ROOT / "_config.yml", src / "_config.yml")
+    shutil.copytree(ROOT / "book" / "_ext", src / "book" / "_ext")
     (src / "book" / "intro.md").write_text("# Intro\n\nA page.\n")
     (src / "_toc.yml").write_text(
         "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/no_such_page\n")
@@ -78,6 +87,7 @@ def test_broken_toc_fails_the_build(tmp_path):
     log = result.stdout + result.stderr
     assert result.returncode != 0 or "WARNING" in log, (
         "a table of contents naming a missing page built cleanly:\n" + log[-3000:])
+    assert "no_such_page" in log, log[-3000:]          # it failed for the missing page, not for anything else
 
 
 BOOK_NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "chapters").glob("*/*.ipynb"))
