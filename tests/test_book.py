@@ -64,6 +64,10 @@ def test_book_builds_without_warnings(tmp_path):
     # Nothing outside the table of contents slipped in (solutions, tests, wheels...).
     assert not (html / "solutions").exists()
     assert not (html / "tests").exists()
+    # Tables a cell displays as markdown render as tables, not as a paragraph of pipes.
+    for page in ("chapters/02_tiling/tiling.html", "chapters/03_wmma/wmma.html"):
+        text = (html / page).read_text()
+        assert "<p>| " not in text and "cell_output" in text and "<table" in text, page
     # Formulas render offline: every page with math loads MathJax from the book itself, and it is there.
     mathjax = html / "_static" / "mathjax"
     assert (mathjax / "tex-mml-chtml.js").is_file() and any((mathjax / "output/chtml/fonts/woff-v2").glob("*.woff"))
