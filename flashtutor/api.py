@@ -39,7 +39,12 @@ def output_like(q: torch.Tensor) -> torch.Tensor:
 
 
 def check_inputs(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS, dtype=torch.float16, device_type: str | None = "cuda"):
-    """Raise a ValueError naming the problem if q, k, v are not what the kernels expect."""
+    """Raise a ValueError naming the problem if q, k, v are not what the kernels expect. Where CUDA kernels
+    are emulated on the CPU (:func:`flashtutor.emulate.activate`), ``device_type="cuda"`` means CPU tensors."""
+    if device_type == "cuda":
+        from .emulate import active
+        if active():
+            device_type = "cpu"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -143,6 +143,9 @@ SHAPE_SETS: dict[str, tuple[Problem, ...]] = {
     "adversarial": _set(Problem(2, 3, 113, 64), Problem(3, 2, 1023, 64)),
     # Small enough for a CPU (the Triton interpreter, the grader's own tests).
     "cpu": _set(Problem(2, 2, 1, 64), Problem(2, 3, 37, 64), Problem(1, 2, 70, 128)),
+    # CUDA kernels emulated on a CPU (flashtutor.emulate: one fiber per CUDA thread, so keep it small): odd S
+    # (a partial tile; two query blocks of 64 at S = 70), B > 1 and H > 1, both head dims, a one-token sequence.
+    "emulated": _set(Problem(2, 3, 37, 64), Problem(1, 2, 70, 128), Problem(2, 2, 1, 64)),
 }
 
 

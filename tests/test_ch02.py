@@ -1,5 +1,5 @@
 """Chapter 2 (tiling): the CPU tier compiles every step for sm_90a and reads its resources and SASS,
-and runs the kernels through a CPU emulation of the CUDA thread model (tests/cuda_emu); the GPU tier
+and runs the kernels through a CPU emulation of the CUDA thread model (flashtutor.emulate); the GPU tier
 checks them for real and grades the solution and the stub."""
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_bench02_times_what_the_chapter_shows():
 
 
 # ---------------------------------------------------------------- the CPU emulation --------------
-emu = pytest.importorskip("cuda_emu.emu")
+from flashtutor import emulate as emu  # noqa: E402
 needs_gxx = pytest.mark.skipif(not emu.available(), reason="the CUDA emulation needs g++ with C++20 and _Float16")
 
 EMU_PROBLEMS = {   # partial tiles, S = 1, D = 128 (Bc = 32), B > 1 and H > 1, several query blocks

@@ -121,11 +121,11 @@ def test_bytes_moved_is_the_same_for_every_step():
 
 
 # ---------------------------------------------------------------- the CPU emulation --------------
-# The kernels' own source, compiled for the CPU with g++ (tests/cuda_emu): every CUDA thread a fiber,
+# The kernels' own source, compiled for the CPU with g++ (flashtutor.emulate): every CUDA thread a fiber,
 # barriers and shuffles as written, shared memory NaN-filled per block (poison_shared), accumulator
 # fragments in a scrambled layout (wmma.h), cp.async copies landing only at the wait that covers them
 # (cp_async.h).
-emu = pytest.importorskip("cuda_emu.emu")
+from flashtutor import emulate as emu  # noqa: E402
 needs_gxx = pytest.mark.skipif(not emu.available(), reason="the CUDA emulation needs g++ with C++20 and _Float16")
 EMU_PROBLEMS = [(2, 3, 1, 64), (2, 3, 113, 64), (1, 2, 70, 128), (1, 1, 200, 128), (1, 1, 130, 64)]
 

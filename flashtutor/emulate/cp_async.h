@@ -1,5 +1,5 @@
 // Optional part of the CPU emulation (emu.h): cp.async, for chapter 3's pipelined kernels.
-// emu.py swaps a kernel's PTX helpers cp_async_16 / cp_async_commit / cp_async_wait<N> for calls to
+// flashtutor.emulate swaps a kernel's PTX helpers cp_async_16 / cp_async_commit / cp_async_wait<N> for calls to
 // these (see REPLACE there). Made unforgiving: a copy is queued per thread and lands only when a
 // cp.async.wait_group that covers its group returns, so a wrong wait count reads the previous tile.
 #pragma once

@@ -4,6 +4,10 @@ It never imports the learner's code. It reads the learner's files (the static sc
 they define), compiles their CUDA sources itself (SASS, registers), writes every input, computes every
 reference, records every timing event, and decides. The worker (:mod:`.worker`) is a separate process
 that only runs the learner's ``attention`` on the inputs the judge wrote and tells what its tracer saw.
+
+Without a GPU, a CUDA chapter's kernels run emulated on the CPU (:mod:`flashtutor.emulate`) where g++ can
+build them: the worker builds and loads them (native code from the learner's source: never in this
+process), on CPU tensors in a shared-memory arena, on the small "emulated" shape set, untimed.
 """
 from __future__ import annotations
 
@@ -27,6 +31,13 @@ if TYPE_CHECKING:
     from ..problems import Problem
 
 LOSES_WORKER = {Cause.TIMEOUT, Cause.CRASH} | {c for _, c in CUDA_FATAL}
+EMULATED_METHOD = ("execution: emulated on the CPU — your .cu files compiled with g++ against flashtutor.emulate and "
+                   "run in the worker process, one fiber per CUDA thread, blocks one after another, on CPU tensors; "
+                   "barriers, masks, indexing and fp32/fp16 math run as written, but data races, memory faults past "
+                   "your buffers and speed are not seen here (nothing is timed): grade on a GPU for those. Every call "
+                   "is traced: one of your kernels must run, and no library matmul, softmax or attention")
+CUTLASS_REFERENCE = ("the GEMMs ran as a CPU reference (fp32, the same inputs, outputs and dtypes as the CUTLASS GEMMs "
+                     "of your configurations, which need an sm_90a GPU); only your softmax kernel was emulated")
 SETUP_TIMEOUT = 300.0
 CHECK_TIMEOUT = 120.0
 TIME_TIMEOUT = 300.0
@@ -38,12 +49,37 @@ _NEVER_FREED: list = []
 
 
 # ---------------------------------------------------------------- the plan --------------------------
+EMULATED_KINDS = ("cuda", "cutlass")       # chapters whose kernels are CUDA: on a CPU, emulated or not run
+
+
+def default_check_sets(ch: Chapter, device: str) -> tuple[str, ...]:
+    """The shape sets a grading checks when the caller names none: the chapter's own on a GPU; on a CPU,
+    "emulated" for CUDA chapters (one fiber per CUDA thread: small shapes) and "cpu" for the others."""
+    if device == "cuda":
+        return tuple(ch.check_sets)
+    return ("emulated",) if ch.kind in EMULATED_KINDS else ("cpu",)
+
+
+def emulation(ch: Chapter, device: str, sub: Submission) -> tuple[bool, str]:
+    """Whether this grading runs the chapter's CUDA kernels emulated on the CPU, and when it cannot, why
+    ('' when the question does not arise: a GPU, or a chapter without CUDA kernels). Asks whether g++ can
+    build for the emulation and reads the sources (sm_90 hardware is not emulated); builds nothing of theirs."""
+    if device == "cuda" or ch.kind not in EMULATED_KINDS:
+        return False, ""
+    from .. import emulate
+    if not emulate.available():
+        return False, emulate.unavailable_reason() or "the CPU emulation of CUDA kernels is not available here"
+    why = emulate.unsupported(sub.cuda)
+    return why is None, why or ""
+
+
 def plan_checks(ch: Chapter, *, sets=None, seeds=None, device="cuda") -> list[tuple[Problem, int]]:
-    """The correctness cases: every shape of the chapter's sets, causal and not, ``seeds`` fresh seeds
-    each; large-logit cases at every head dim the sets contain, causal and not. Seeds are drawn fresh
-    for every grading run (the report lists them, so a failure can be reproduced)."""
+    """The correctness cases: every shape of the chapter's sets (default: :func:`default_check_sets`),
+    causal and not, ``seeds`` fresh seeds each; large-logit cases at every head dim the sets contain, causal
+    and not. Seeds are drawn fresh for every grading run (the report lists them, so a failure can be
+    reproduced)."""
     from ..problems import shape_set
-    sets = sets or (("cpu",) if device == "cpu" else ch.check_sets)
+    sets = sets or default_check_sets(ch, device)
     seeds = seeds or ch.seeds
     rng = random.SystemRandom()
     out, seen = [], set()
@@ -59,7 +95,7 @@ def plan_checks(ch: Chapter, *, sets=None, seeds=None, device="cuda") -> list[tu
         # exp() overflows fp32 without the max subtraction: q, k scaled by 6 give scores of std 36. At every
         # head dim the chapter supports (its own sets), even when the caller chose sets with fewer dims.
         problems = [p for s in sets for p in shape_set(s)]
-        own = ("cpu",) if device == "cpu" else ch.check_sets
+        own = default_check_sets(ch, device)
         dims = sorted({p.D for p in problems} | {p.D for s in own for p in shape_set(s)})
         for D in dims:
             base = next((p for p in problems if p.D == D and p.S >= 32), None) \
@@ -87,7 +123,9 @@ class Judge:
         self.setup_timeout, self.check_timeout, self.time_timeout = setup_timeout, check_timeout, time_timeout
         self.progress = progress
         self.sub = Submission.at(path)
-        self.worker = worker or WorkerHandle(worker_setup(ch, self.sub, device), _tmpdir(), setup_timeout)
+        self.emulate, self.not_emulated = emulation(ch, device, self.sub)
+        self.worker = worker or WorkerHandle(worker_setup(ch, self.sub, device, emulate=self.emulate), _tmpdir(),
+                                             setup_timeout)
         self.report = Report(chapter=ch.key, title=ch.title, path=str(path), device=device, excluded=ch.excluded,
                              speed_rule=asdict(ch.speed), sass_rule=ch.sass)
 
@@ -147,9 +185,12 @@ class Judge:
             r.set_error(Cause.IMPORT_ERROR, self.sub.syntax_errors[0])
             stop = True
         r.execution = "gpu" if self.device == "cuda" else {"triton": "interpreted", "torch": "cpu"}.get(self.ch.kind, "")
-        if not stop and self.ch.kind in ("cuda", "cutlass") and self.device != "cuda":
-            r.compile_only, r.execution = True, "compiled only"
-            stop = True
+        if not stop and self.ch.kind in EMULATED_KINDS and self.device != "cuda":
+            if self.emulate:
+                r.execution = "emulated"
+            else:
+                self._compiled_only(self.not_emulated)
+                stop = True
         if stop:
             self.worker.stop()
             return self.finish(t0)
@@ -171,9 +212,21 @@ class Judge:
                     pass          # a view still holds the mapping: it goes with the process
         return self.finish(t0)
 
+    def _compiled_only(self, why: str) -> None:
+        """Nothing of the learner's runs here: the verdict is 'not run', with the reason among the warnings."""
+        r = self.report
+        r.compile_only, r.execution = True, "compiled only"
+        r.checks.clear()
+        if why:
+            r.warnings.append(f"not run on this CPU: {why}")
+
     def finish(self, t0: float) -> Report:
         from .rules import decide
         self.report.describe(self.ch)
+        if self.report.execution == "emulated" and self.report.checks:
+            self.report.method.insert(0, EMULATED_METHOD)
+            if self.ch.kind == "cutlass" and CUTLASS_REFERENCE not in self.report.warnings:
+                self.report.warnings.append(CUTLASS_REFERENCE)
         decide(self.report, self.ch)
         self.report.seconds = round(time.time() - t0, 1)
         return self.report
@@ -223,7 +276,10 @@ class Judge:
         try:
             ready = self.worker.attach(self.arena_msg)
         except WorkerFailed as e:
-            r.set_error(e.cause, e.message, log=e.log)
+            if self.emulate and e.cause == Cause.NOT_RUN:      # g++ cannot build what NVRTC compiled
+                self._compiled_only(e.message)
+            else:
+                r.set_error(e.cause, e.message, log=e.log)
             return
         self._compile_loaded(ready.get("loaded", []))
         from ..env import describe
@@ -231,8 +287,8 @@ class Judge:
         self.policy = tr.Policy(own=self.own, registers=self.registers,
                                 allowed=__import__("re").compile(self.ch.allowed_kernels) if self.ch.allowed_kernels else None,
                                 allow_torch_math=self.ch.kind == "torch",
-                                need_own=self.device == "cuda" and self.ch.kind in ("cuda", "triton", "cutlass")
-                                and self.ch.anticheat)
+                                need_own=(self.device == "cuda" or self.emulate)
+                                and self.ch.kind in ("cuda", "triton", "cutlass") and self.ch.anticheat)
         from .timing import GpuLock
         self.lock = GpuLock() if self.device == "cuda" else None
         lost = []                 # cases that cost the worker (a hang, a crash, a lost CUDA context)
@@ -243,6 +299,9 @@ class Judge:
                                            "each costs a fresh process, and the next would most likely do the same"))
             else:
                 res = self.check(p, seed)
+                if self.emulate and res.cause == Cause.NOT_RUN:    # the emulation lacks something the kernel uses
+                    self._compiled_only(res.message.removeprefix(f"{Cause.NOT_RUN}: "))
+                    return
                 r.checks.append(res)
                 if res.cause in LOSES_WORKER:
                     lost.append(str(res.cause))
@@ -349,10 +408,11 @@ class Judge:
 
 
 # ---------------------------------------------------------------- entry ---------------------------------
-def worker_setup(ch: Chapter, sub: Submission, device: str) -> dict:
-    """What a worker is told before anything else (no torch needed to say it)."""
+def worker_setup(ch: Chapter, sub: Submission, device: str, *, emulate: bool = False) -> dict:
+    """What a worker is told before anything else (no torch needed to say it). ``emulate``: run the CUDA
+    kernels emulated on the CPU (:func:`flashtutor.emulate.activate` before the submission is imported)."""
     return {"path": str(sub.entry), "files": [str(f) for f in sub.files], "device": device, "kind": ch.kind,
-            "trace": ch.anticheat}
+            "trace": ch.anticheat, "emulate": bool(emulate)}
 
 
 def _tmpdir() -> str:
@@ -391,8 +451,9 @@ def run_judge(kwargs: dict) -> Report:
     sub = Submission.at(kwargs["path"])
     guess = device or ("cuda" if _gpu_present() else "cpu")
     worker = None
-    if not sub.syntax_errors and not (ch.kind in ("cuda", "cutlass") and guess != "cuda"):
-        worker = WorkerHandle(worker_setup(ch, sub, guess), _tmpdir(), kwargs["setup_timeout"])
+    emulate = emulation(ch, guess, sub)[0]
+    if not sub.syntax_errors and (ch.kind not in EMULATED_KINDS or guess == "cuda" or emulate):
+        worker = WorkerHandle(worker_setup(ch, sub, guess, emulate=emulate), _tmpdir(), kwargs["setup_timeout"])
         worker.launch()
     if device is None:
         import torch

@@ -112,7 +112,7 @@ class WorkerHandle:
 
     def receive(self, timeout: float, *, setup: bool = False) -> dict:
         if not self.conn.poll(timeout):
-            self.stop()
+            self.stop(kill=True)          # it did not answer in time: it would not read a "quit" either
             if setup:
                 raise WorkerFailed(Cause.TIMEOUT, f"setup (import/compile) took longer than {timeout:.0f} s", self.tail())
             return {"op": "error", "cause": Cause.TIMEOUT, "fatal": True, "where": "", "log": self.tail(),
@@ -165,10 +165,11 @@ class WorkerHandle:
         except OSError:
             return ""
 
-    def stop(self) -> None:
+    def stop(self, *, kill: bool = False) -> None:
+        """End the worker: asked to quit (2 s to do so), then killed; ``kill``: at once."""
         if self.proc is not None:
             try:
-                if self.proc.poll() is None:
+                if self.proc.poll() is None and not kill:
                     try:
                         self.conn.send(("quit",))
                     except Exception:  # noqa: BLE001

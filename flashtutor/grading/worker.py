@@ -12,6 +12,11 @@ first call to the last, so no call can tell whether it is watched. After the cal
 stream wait for every stream the learner created, records the judge's end event, and answers in JSON:
 ``done``, then the ``trace``. What it reports about itself (host time, the trace) is evidence the judge
 cross-checks, never a verdict on its own: this process is the learner's.
+
+With ``emulate`` in its set-up (a CUDA chapter on a machine without a GPU), it activates
+:mod:`flashtutor.emulate` before it imports the submission: ``load_cuda`` then builds the learner's .cu
+files with g++ and loads them here (native code from the learner's source lives only in this process), and
+chapter 5's GEMMs are CPU references. What the emulation cannot build is answered with cause ``not_run``.
 """
 from __future__ import annotations
 
@@ -76,10 +81,10 @@ class Tracer:
     the task: a trace without both markers did not cover the whole call (the learner's code stopped or
     replaced the session), and the judge treats the call as untraced."""
 
-    def __init__(self, cuda: bool):
+    def __init__(self, cuda: bool, emulated: bool = False):
         import warnings
         warnings.filterwarnings("ignore", message="Profiler clears events")   # torch's note on cycles: not ours
-        self.cuda = cuda
+        self.cuda, self.emulated = cuda, emulated
         self.prof = None
         self.nonce = ""
 
@@ -113,7 +118,7 @@ class Tracer:
         ops = sorted({e.name() for e in events if str(e.device_type()).endswith("CPU")
                       and e.name().startswith("aten::")})
         if not self.cuda:
-            return Trace(ops=ops)
+            return Trace(kernels=_emulated_launches(events) if self.emulated else [], ops=ops)
         agg: dict[tuple[str, int], KernelRecord] = {}
         device = [e for e in events if str(e.device_type()).endswith("CUDA")]
         meta = {id(e): _resources(e) for e in device}
@@ -138,6 +143,19 @@ class Tracer:
             except Exception:  # noqa: BLE001
                 pass
             self.prof = None
+
+
+def _emulated_launches(events) -> list[KernelRecord]:
+    """The emulated kernels' launches (:mod:`flashtutor.emulate` marks each with a profiler range), as kernels."""
+    from ..emulate import TRACE_PREFIX
+    agg: dict[str, KernelRecord] = {}
+    for e in events:
+        if e.name().startswith(TRACE_PREFIX):
+            name = e.name()[len(TRACE_PREFIX):]
+            r = agg.setdefault(name, KernelRecord(name, 0, 0, 0.0))
+            r.count += 1
+            r.total_us += e.duration_ns() / 1e3
+    return list(agg.values())
 
 
 def _is_copy(name: str) -> bool:
@@ -197,10 +215,11 @@ class Worker:
 
         self.torch, self.conn, self.setup = torch, conn, setup
         self.cuda = setup["device"] == "cuda"
+        self.emulate = bool(setup.get("emulate")) and not self.cuda
         self.path = Path(setup["path"]).resolve()
         self.files = [str(Path(f).resolve()) for f in setup.get("files", [])]
         self.streams = _Streams()
-        self.tracer = Tracer(self.cuda)
+        self.tracer = Tracer(self.cuda, emulated=self.emulate)
         self.graphs: dict = {}
         # First what needs no arena, while the judge is still getting ready: CUDA, the tracer's costly first
         # start, the submission's import (and its compiles).
@@ -251,7 +270,8 @@ class Worker:
         if not callable(fn):
             raise _SetupFailure(Cause.ERROR, f"{self.path.name} defines no function attention(q, k, v, *, causal=False)")
         build = getattr(mod, "build", None) if self.setup.get("kind") == "cutlass" else None
-        if callable(build) and self.cuda:     # the library GEMMs compile now, under the setup timeout
+        # The library GEMMs compile now, under the setup timeout (emulated, they are CPU references: at once).
+        if callable(build) and (self.cuda or self.emulate):
             try:
                 build(verbose=False)
             except NotImplementedError as e:
@@ -271,6 +291,8 @@ class Worker:
         info = {"torch": self.torch.__version__}
         if self.cuda:
             info["gpu"] = self.torch.cuda.get_device_name()
+        if self.emulate:
+            info["emulated"] = True
         return {"op": "ready", "loaded": [{"path": p, "defines": d} for p, d in LOADED], "info": info}
 
     # ------------------------------------------------------------ serving
@@ -421,6 +443,8 @@ class Worker:
                 cause = Cause.OUT_OF_MEMORY
             elif type(e).__name__ == "CompileError":
                 cause = Cause.COMPILE_ERROR
+            elif self.emulate and type(e).__name__ == "EmulationUnsupported":   # what g++ cannot build for the CPU
+                cause, first = Cause.NOT_RUN, str(e)                           # with g++'s first errors
             elif isinstance(e, NotImplementedError):          # the exercise's TODO, as generated
                 cause, first = Cause.UNWRITTEN, f"not written yet: {first}"
         self.send({"op": "error", "cause": str(cause), "message": first[:600], "where": _where(e, self.files),
@@ -439,6 +463,21 @@ class _SetupFailure(Exception):
     def __init__(self, cause: Cause, message: str):
         super().__init__(message)
         self.cause, self.message = cause, message
+
+
+def _prebuild(files: list[str]) -> str | None:
+    """Build the submission's .cu files for the emulation at set-up, before torch is imported (under the setup
+    timeout rather than a call's; cached by content, so the launcher's own load_cuda finds them built). What
+    g++ cannot build is returned as the reason the kernels cannot run here."""
+    from .. import emulate
+    for f in files:
+        if f.endswith(".cu"):
+            try:
+                emulate.build(f)
+            except emulate.EmulationUnsupported as e:
+                return str(e)
+            _debug("built for the emulation", f)
+    return None
 
 
 def _where(exc: BaseException, files: list[str]) -> str:
@@ -466,6 +505,13 @@ def main(fd: int) -> None:
     if setup.get("kind") == "triton" and setup["device"] == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"           # before triton is imported
     os.environ["FLASHTUTOR_GRADING_WORKER"] = "1"
+    if setup.get("emulate") and setup["device"] != "cuda":
+        from .. import emulate
+        emulate.activate()                             # before the submission's import: load_cuda builds for the CPU
+        why = _prebuild(setup.get("files", []))
+        if why:
+            conn.send_bytes(dumps({"op": "setup_error", "cause": str(Cause.NOT_RUN), "message": why}))
+            return
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

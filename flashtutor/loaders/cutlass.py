@@ -392,6 +392,10 @@ def build_gemms(configs, *, verbose: bool = True, jobs: int | None = None, sourc
     processes (default: MAX_JOBS, else ninja's default of cores + 2; each CUTLASS unit needs ~1-2 GB
     of memory). ``force`` rebuilds even if the cache has it.
     """
+    from .. import emulate
+    if emulate.active():        # CUDA kernels emulated on a CPU: the GEMMs are CPU references (flashtutor.emulate.gemm)
+        from ..emulate.gemm import ReferenceGemms
+        return ReferenceGemms(configs)
     require_hopper()
     configs = _dedupe(configs)
     source = Path(source).resolve()

@@ -199,8 +199,16 @@ LOADED: list[tuple[str, dict]] = []
 
 
 def load_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None) -> CudaModule:
-    arch = arch or default_arch()
-    mod = CudaModule(path, compile_cuda(path, arch=arch, defines=defines), arch)
+    """Compile ``path`` (NVRTC, cached) and load its kernels. When the CPU emulation is active
+    (:func:`flashtutor.emulate.activate`: the grading worker on a machine without a GPU), the same file is
+    built for the CPU with g++ instead and an :class:`flashtutor.emulate.EmuModule` is returned, whose
+    kernels take the same launches on CPU tensors; ``arch`` is then ignored."""
+    from .. import emulate
+    if emulate.active():
+        mod = emulate.load(path, defines=defines)
+    else:
+        arch = arch or default_arch()
+        mod = CudaModule(path, compile_cuda(path, arch=arch, defines=defines), arch)
     entry = (str(Path(path).resolve()), dict(defines or {}))
     if entry not in LOADED:
         LOADED.append(entry)
