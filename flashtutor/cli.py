@@ -1,13 +1,152 @@
-"""The ``flashtutor`` command: grade, doctor, exercises, sass."""
+"""The ``flashtutor`` command: grade, doctor, exercises, sass.
+
+Every answer the command gives on a bad input is one line on stderr, and its exit code says what kind
+of answer it is (:data:`~flashtutor.grading.report.EXIT_CODES`): 0 pass, 1 fail, 2 usage error (an
+unknown chapter, a missing file, not a .py file, a bad option), 3 not graded here (no GPU and no
+emulation, a chapter that needs sm_90, timing disturbed: re-run), 4 the grader itself failed. No
+traceback unless ``--debug``.
+"""
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
+from pathlib import Path
+
+INTERFACE = "attention(q, k, v, *, causal=False)"
+
+
+class CliError(Exception):
+    """An answer of one line, with the exit code it ends in."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad option answered in one line (not the usage block and then the error)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+# ---------------------------------------------------------------- grade: the checks before grading
+def _shown(path: Path) -> str:
+    """A path as the learner would type it: relative to the current folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _chapter(key: str):
+    from .chapters import CHAPTERS, get_chapter
+    from .grading.report import EXIT_USAGE
+    try:
+        return get_chapter(key)
+    except KeyError:
+        raise CliError(f"unknown chapter {key!r} (chapters: {', '.join(CHAPTERS)})", EXIT_USAGE)
+
+
+def _submission(a, ch) -> Path:
+    from .grading.report import EXIT_USAGE
+    if a.path and a.solution:
+        raise CliError("give a file or --solution, not both", EXIT_USAGE)
+    path = Path(a.path) if a.path else (ch.solution_path() if a.solution else ch.exercise_path())
+    if not path.exists():
+        raise CliError(f"no such file: {a.path or path}", EXIT_USAGE)
+    if path.is_dir():
+        raise CliError(f"{a.path or path} is a folder: give the .py file that defines {INTERFACE}", EXIT_USAGE)
+    if path.suffix != ".py":
+        raise CliError(f"{a.path or path} is not a Python file: give the .py file that defines {INTERFACE}"
+                       + (" (the .cu beside it is found on its own)" if path.suffix in (".cu", ".cuh") else ""),
+                       EXIT_USAGE)
+    return path
+
+
+def _binds_attention(tree: ast.Module) -> bool:
+    """Whether the module may define ``attention`` — read, never run. Anything that could bind the name in
+    a way not visible here (``from x import *``, a module ``__getattr__``, the name in a string) counts as
+    yes: the worker, which imports the module, has the last word."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                node.name in ("attention", "__getattr__"):
+            return True
+        if isinstance(node, ast.Name) and node.id == "attention" and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name).split(".")[-1] in ("attention", "*"):
+            return True
+        if isinstance(node, ast.Constant) and node.value == "attention":
+            return True
+    return False
+
+
+def _read_submission(path: Path, shown: str) -> tuple[str, str] | None:
+    """(cause, one line) when the file cannot be a submission: it does not parse, or defines no ``attention``."""
+    from .grading.report import EXIT_USAGE
+    try:
+        src = path.read_bytes().decode()
+    except UnicodeDecodeError:
+        raise CliError(f"{shown} is not a Python file (not UTF-8 text)", EXIT_USAGE)
+    except OSError as e:
+        raise CliError(f"cannot read {shown}: {e.strerror or e}", EXIT_USAGE)
+    try:
+        tree = ast.parse(src, filename=shown)
+    except SyntaxError as e:
+        return "import error", f"{shown}:{e.lineno or 0}: syntax error: {e.msg}"
+    except ValueError as e:          # a NUL byte
+        return "import error", f"{shown}: not Python source: {e}"
+    if not _binds_attention(tree):
+        return "error", f"{shown} defines no function {INTERFACE}"
+    return None
+
+
+def _failed_before_grading(a, ch, path: Path, cause: str, message: str) -> int:
+    """A submission that fails before anything runs: one line; with --json, the report of it too."""
+    from .grading.report import EXIT_CODES
+    from .grading.evidence import Cause, Verdict
+    if a.json:
+        from dataclasses import asdict
+
+        from .grading.report import Report
+        from .grading.rules import decide
+        r = Report(chapter=ch.key, title=ch.title, path=str(path.resolve()), device="", excluded=ch.excluded,
+                   speed_rule=asdict(ch.speed), sass_rule=ch.sass)
+        r.set_error(Cause(cause), message)
+        r.describe(ch)
+        r.method = []                     # the file was only parsed: no check ran
+        decide(r, ch)
+        r.save_json(a.json)
+    raise CliError(f"FAIL: {message}", EXIT_CODES[Verdict.FAIL])
+
+
+def _check_options(a) -> None:
+    from .grading.report import EXIT_CODES, EXIT_USAGE
+    from .grading.evidence import Verdict
+    names = [s for opt in (a.sets, a.time_sets) if opt for s in opt.split(",")]
+    if names:
+        from .problems import SHAPE_SETS
+        bad = [s for s in names if s not in SHAPE_SETS]
+        if bad:
+            raise CliError(f"unknown shape set {', '.join(map(repr, bad))} (sets: {', '.join(SHAPE_SETS)})", EXIT_USAGE)
+    if a.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise CliError("--device cuda: no CUDA GPU visible to torch here (`flashtutor doctor` says what can "
+                           "be graded on this machine)", EXIT_CODES[Verdict.NOT_RUN])
 
 
 def _grade(a) -> int:
+    ch = _chapter(a.chapter)
+    path = _submission(a, ch)
+    shown = _shown(path)
+    bad = _read_submission(path, shown)
+    if bad:
+        return _failed_before_grading(a, ch, path, *bad)
+    _check_options(a)
     from .grading import grade
-    report = grade(a.chapter, a.path, solution=a.solution, timing=not a.no_timing, graph=a.graph or None,
+    report = grade(ch, path, solution=a.solution, timing=not a.no_timing, graph=a.graph or None,
                    reference=a.reference, sets=tuple(a.sets.split(",")) if a.sets else None,
                    time_sets=tuple(a.time_sets.split(",")) if a.time_sets else None,
                    device=a.device, progress=not a.quiet, sanitize=a.sanitize)
@@ -17,6 +156,7 @@ def _grade(a) -> int:
     return report.exit_code
 
 
+# ---------------------------------------------------------------- doctor
 def _doctor(_a) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -28,17 +168,24 @@ def _doctor(_a) -> int:
         t.add_column(c)
     for what, ok, detail in rows:
         t.add_row(what, "[green]yes[/]" if ok else "[red]no[/]", detail)
-    c = Table(title="what you can do here")
-    c.add_column("chapters")
-    c.add_column("status")
-    for name, state in chapters_enabled(rows):
-        c.add_row(name, state)
+    c = Table(title="what each chapter can do here")
+    c.add_column("chapter", no_wrap=True)
+    c.add_column("correctness", no_wrap=True)
+    c.add_column("speed", no_wrap=True)
+    c.add_column("how, and what it would take", ratio=1)
+    short = {"gpu": "[green]on the GPU[/]", "interpreted": "[green]Triton interpreter[/]",
+             "cpu": "[green]on the CPU[/]", "emulated": "[green]CPU emulation[/]",
+             "compiled only": "[red]no[/] (compile only)", "none": "[red]no[/]"}
+    for name, cap in chapters_enabled(rows):
+        c.add_row(name, short.get(cap.execution, cap.execution), "[green]yes[/]" if cap.speed else "[red]no[/]",
+                  cap.note)
     con = Console()
     con.print(t)
     con.print(c)
     return 0
 
 
+# ---------------------------------------------------------------- exercises, sass
 def _exercises(a) -> int:
     from . import exercises
     if a.write:
@@ -57,8 +204,11 @@ def _sass(a) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from .grading.report import EXIT_USAGE
     from .loaders import CompileError, load_cuda
     from .sass import classify, disassemble, histogram, predication
+    if not Path(a.path).is_file():
+        raise CliError(f"no such file: {a.path}", EXIT_USAGE)
     try:
         mod = load_cuda(a.path, arch=a.arch)
     except CompileError as e:
@@ -91,13 +241,18 @@ def _sass(a) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="flashtutor", description="fast attention kernels: grade, inspect, check setup")
+# ---------------------------------------------------------------- the command line
+def parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the Python traceback of an error (FLASHTUTOR_DEBUG=1 also logs the judge's steps)")
+    p = _Parser(prog="flashtutor", description="fast attention kernels: grade, inspect, check setup",
+                epilog="exit codes: 0 pass, 1 fail, 2 usage error, 3 not graded here (no GPU for this chapter, "
+                       "needs sm_90, timing disturbed: re-run), 4 the grader failed", parents=[common])
     sub = p.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("grade", help="grade an exercise against SDPA")
+    g = sub.add_parser("grade", help="grade an exercise against SDPA", parents=[common])
     g.add_argument("chapter", help="chapter number, e.g. 01")
-    g.add_argument("path", nargs="?", help="the module with attention(q, k, v, *, causal=False) "
-                                           "(default: the chapter's exercise file)")
+    g.add_argument("path", nargs="?", help=f"the module with {INTERFACE} (default: the chapter's exercise file)")
     g.add_argument("--solution", action="store_true", help="grade the course's solution")
     g.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     g.add_argument("--no-timing", action="store_true", help="correctness only")
@@ -110,20 +265,45 @@ def main(argv=None) -> int:
     g.add_argument("--sanitize", action="store_true",
                    help="also run the submission on small shapes under compute-sanitizer (memcheck, racecheck, synccheck)")
     g.set_defaults(fn=_grade)
-    d = sub.add_parser("doctor", help="what this machine can do")
+    d = sub.add_parser("doctor", help="what this machine can do", parents=[common])
     d.set_defaults(fn=_doctor)
-    e = sub.add_parser("exercises", help="(authors) check or regenerate exercises from solutions")
+    e = sub.add_parser("exercises", help="(authors) check or regenerate exercises from solutions", parents=[common])
     e.add_argument("--write", action="store_true")
     e.add_argument("--check", action="store_true", help="the default")
     e.set_defaults(fn=_exercises)
-    s = sub.add_parser("sass", help="compile a .cu and report registers, spills and an instruction histogram")
+    s = sub.add_parser("sass", help="compile a .cu and report registers, spills and an instruction histogram",
+                       parents=[common])
     s.add_argument("path")
     s.add_argument("--arch", help="default: this GPU, or sm_90a without one")
     s.add_argument("--top", type=int, default=10, help="also list the N most frequent opcodes (0: none)")
     s.add_argument("--dump", action="store_true", help="print the SASS")
     s.set_defaults(fn=_sass)
-    a = p.parse_args(argv)
-    return a.fn(a)
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    debug = getattr(a, "debug", False)
+    try:
+        return a.fn(a)
+    except CliError as e:
+        if debug:
+            import traceback
+            traceback.print_exc()
+        print(f"flashtutor {a.cmd}: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print(f"flashtutor {a.cmd}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 — the grader's own failure: one line, the traceback with --debug
+        from .grading.report import EXIT_INTERNAL
+        if debug:
+            import traceback
+            traceback.print_exc()
+        what = (str(e).strip().splitlines() or [""])[0][:300]
+        print(f"flashtutor {a.cmd}: the grader failed: {type(e).__name__}{': ' + what if what else ''}"
+              + ("" if debug else " (run again with --debug for the traceback)"), file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -78,11 +78,13 @@ def test_chapter3_rejects_local_memory(tmp_path):
 
 @pytest.mark.parametrize("key", ["01", "02"])
 def test_chapters_without_sass_rule_ignore_it(key, tmp_path):
-    """Chapters 1 and 2 ask nothing of the SASS: the scalar kernel compiles and is 'not run' on a CPU."""
+    """Chapters 1 and 2 ask nothing of the SASS: the scalar kernel compiles, and on a CPU it passes in the
+    emulation (correctness only) or, where g++ cannot build it, is 'not run' — never a failure."""
     for f in ("attention.py", "attention.cu"):
         shutil.copy(ROOT / "solutions/01_naive_cuda" / f, tmp_path / f)
     r = grade(key, tmp_path / "attention.py", device="cpu", progress=False)
-    assert r.verdict == "not run", r.failures
+    assert r.verdict == ("pass" if r.execution == "emulated" else "not run"), (r.headline, r.failures)
+    assert "SASS rule" not in r.causes
 
 
 # ---------------------------------------------------------------- GPU tier: the speed rules on real kernels

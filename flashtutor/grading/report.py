@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from .evidence import Cause, CaseResult, TimingResult, Verdict
 
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not run": "bold yellow", "disturbed": "bold yellow"}
+PARTIAL_STYLE = "bold cyan"           # a pass of correctness only: never the green of a full pass
+HTML_COLOR = {"pass": "#1a7f37", "fail": "#cf222e", "not run": "#9a6700", "disturbed": "#9a6700"}
+PARTIAL_COLOR = "#0969da"
+# The command's exit codes: 0 pass (of what could be graded here: the verdict's brackets say what), 1 fail (a
+# syntax error or a file without attention() included), 2 usage error (unknown chapter, missing file, not a .py
+# file, bad option), 3 not graded here (no GPU and no emulation for this chapter, needs sm_90, timing
+# disturbed: re-run), 4 the grader itself failed.
 EXIT_CODES = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.NOT_RUN: 3, Verdict.DISTURBED: 3}
+EXIT_USAGE = 2
+EXIT_INTERNAL = 4
 
 
 @dataclass
@@ -26,6 +35,7 @@ class Report:
     speed_rule: dict = field(default_factory=dict)
     sass_rule: object = None
     verdict: Verdict = Verdict.FAIL
+    scope: str = ""                     # what the verdict covers: "correctness only, interpreted on the CPU — …"
     summary: str = ""
     env: dict = field(default_factory=dict)
     arch: str = ""
@@ -36,7 +46,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     static: list[dict] = field(default_factory=list)
     trace_findings: list[str] = field(default_factory=list)
-    method: list[str] = field(default_factory=list)
+    method: list[str] = field(default_factory=list)       # what was checked (only what ran)
+    unchecked: list[str] = field(default_factory=list)    # what was not, and why
     sanitizer: dict = field(default_factory=dict)
     sanitizer_causes: list[str] = field(default_factory=list)
     error: str = ""                     # grading stopped before any case ran (compile, import, setup)
@@ -59,7 +70,8 @@ class Report:
 
     @property
     def forbidden(self) -> bool:
-        return any(f["severity"] == "forbidden" for f in self.static)
+        return any(f["severity"] == "forbidden" and not str(f.get("what", "")).startswith("syntax error")
+                   for f in self.static)
 
     @property
     def shown_path(self) -> str:
@@ -73,11 +85,27 @@ class Report:
             return self.path
 
     def __repr__(self) -> str:          # what a notebook stores beside the HTML: one line, not every field
-        return f"<flashtutor report: chapter {self.chapter}, {self.shown_path}: {str(self.verdict).upper()} — {self.summary}>"
+        return f"<flashtutor report: chapter {self.chapter}, {self.shown_path}: {self.headline}>"
 
     @property
     def passed(self) -> bool:
         return self.verdict == Verdict.PASS
+
+    @property
+    def partial(self) -> bool:
+        """A pass of correctness only (the chapter's speed not graded here): shown apart from a full pass."""
+        from .rules import partial
+        return partial(self)
+
+    @property
+    def label(self) -> str:
+        """The verdict with what it covers: "PASS (correctness only, interpreted on the CPU — …)"."""
+        return str(self.verdict).upper() + (f" ({self.scope})" if self.scope else "")
+
+    @property
+    def headline(self) -> str:
+        """The one line that says it all: the verdict, what it covers, what happened."""
+        return self.label + (f" — {self.summary}" if self.summary else "")
 
     @property
     def exit_code(self) -> int:
@@ -101,49 +129,101 @@ class Report:
 
     # ------------------------------------------------------------------ what was checked, in words
     def describe(self, ch) -> None:
-        from ..check import RATIO
-        from .rules import describe_speed_rule
-        m = []
-        if self.checks:
-            shapes = sorted({c.problem for c in self.checks})
-            m.append(f"correctness: {len(self.checks)} cases on {len(shapes)} problems, fresh random inputs each "
-                     "(seeds listed in the JSON), outputs pre-filled with NaN, inputs compared before and after")
+        """Fill ``method`` (what was checked: only what ran) and ``unchecked`` (what was not, and why)."""
+        from ..env import needs_arch
+        from .rules import compared, describe_speed_rule, run_set, sets_of, the_sets
+        if not self.env:
+            try:
+                from ..env import describe as machine
+                self.env = machine()
+            except Exception:  # noqa: BLE001 — the header is optional
+                pass
+        m, u = [], []
+        ex = self.execution or ("gpu" if self.device == "cuda" else "")
+        syntax = any(str(f.get("what", "")).startswith("syntax error") for f in self.static)
+        ran = compared(self.checks)
+        checked_sets = sets_of((c.problem for c in ran), run_set(ex)) if ran else []
+        if ran:
+            from ..check import RATIO
+            shapes = sorted({c.problem for c in ran})
+            on = f" of {the_sets(checked_sets)}" if checked_sets else ""
+            short = len(self.checks) - len(ran)
+            m.append(f"correctness: {_n(len(ran), 'case')} on {_n(len(shapes), 'problem')}{on}, fresh random inputs "
+                     "each (seeds listed in the JSON), outputs pre-filled with NaN, inputs compared before and after"
+                     + (f"; {short} more ended before their output could be compared" if short else ""))
+            ref = "fp32 (TF32 off) on the GPU" if self.device == "cuda" else "fp64 on the CPU"
             m.append(f"tolerance, per output row: max |out − ref| ≤ {RATIO:g} × SDPA's fp16 error on that row + 1 fp16 "
-                     "ulp of the row's max |ref|; reference in fp32 (TF32 off) on the GPU or fp64 on the CPU; "
-                     "NaN/Inf anywhere fails")
+                     f"ulp of the row's max |ref|; reference in {ref}; NaN/Inf anywhere fails")
         timed = [t for t in self.timings if not t.skipped]
         if timed:
             basis = "replayed from CUDA graphs" if timed[0].basis == "graph" else "queued back to back"
-            m.append(f"speed: GPU time per call, {basis} behind a gate only the grader opens, timed with the "
-                     "grader's own CUDA events in its own process (slope between two batch sizes, median of "
-                     "rounds with p10–p90); inputs fresh and out of L2 for every call; yours and SDPA alternately, "
-                     "both traced; SDPA's backend pinned and named; the host's cost per call shown beside it")
+            tsets = sets_of(t.problem for t in timed)
+            m.append(f"speed{' on ' + the_sets(tsets) if tsets else ''}: GPU time per call, {basis} behind a gate only "
+                     "the grader opens, timed with the grader's own CUDA events in its own process (slope between two "
+                     "batch sizes, median of rounds with p10–p90); inputs fresh and out of L2 for every call; yours and "
+                     "SDPA alternately, both traced; SDPA's backend pinned and named; the host's cost per call shown "
+                     "beside it")
             rule = describe_speed_rule(ch.speed)
             m.append(f"speed rule: {rule}" if rule else "speed rule: none in this chapter — speed is reported, not graded")
             m.append("timed calls: outputs of secretly chosen calls re-checked, their inputs verified unchanged; "
                      "faster than the roofline floor fails")
-        if self.static or (self.checks and ch.anticheat):
+        if ch.anticheat and not syntax:
             m.append("source: your files (and the local modules they import) read for library attention/matmul/"
                      "softmax calls, imports of the grader or the course's kernels")
-        if self.checks and ch.anticheat and self.device == "cuda":
-            m.append("every call traced (CUPTI): only kernels compiled from your files (their names and, for CUDA, "
-                     "their registers as the grader compiles your source), copies and fills may run")
+        if self.checks and ch.anticheat and ran:
+            if self.device == "cuda":
+                m.append("every call traced (CUPTI): only kernels compiled from your files (their names and, for "
+                         "CUDA, their registers as the grader compiles your source), copies and fills may run")
+            else:
+                m.append("every call traced (PyTorch's profiler): library attention, matmul and softmax ops may not run")
         if self.checks:
             m.append("isolation: your code runs in a worker process; the inputs, references, timing events and the "
                      "verdict live in the grader's process, which never runs your code")
-        if self.excluded:
-            m.append(f"not graded here: {self.excluded}")
         if getattr(self, "sass_rule", None) and self.resources:
             r = self.sass_rule
             what = ([f"{', '.join(r.require)} instructions present"] if r.require else []) + \
                    (["no local-memory instructions (LDL/STL: spills or stack arrays)"] if r.no_spills else [])
             m.append("compiled code (SASS of the cubin the grader compiled, with or without a GPU): " + "; ".join(what))
+        elif self.resources:
+            m.append(f"compiled: your CUDA sources, with NVRTC for {self.arch or 'this GPU'} (registers, shared memory "
+                     "and spills listed; this chapter asks nothing of the SASS)")
+        # what was not checked
+        if self.error and not self.checks:
+            u.append(f"correctness and speed: grading stopped before the first case ({self.error_cause or 'error'})")
+        elif self.compile_only:
+            arch = needs_arch(ch)
+            why = next((w.split(": ", 1)[1] for w in self.warnings if w.startswith("not run on this CPU: ")), "")
+            u.append("correctness and speed: nothing ran — " + (why or (f"chapter {ch.key} needs {arch} (H100/H200)"
+                     if arch else "no CUDA GPU here")) + " (`flashtutor doctor` says what this machine can do)")
+        elif self.checks and not ran:
+            u.append("correctness: no case got as far as an output to compare")
+        if ran and not timed:
+            skipped = next((t.skipped for t in self.timings if t.skipped), "")
+            if ex != "gpu":
+                u.append("speed: not timed — nothing is timed without a GPU")
+            elif skipped:
+                u.append(f"speed: not timed — {skipped}")
+            else:
+                u.append("speed: not timed (--no-timing)")
+        if ran:
+            own = ch.check_sets
+            missing = [s for s in own if s not in checked_sets]
+            if missing and checked_sets and self.device != "cuda":
+                u.append(f"shapes: only {the_sets(checked_sets)} (tiny shapes) runs on a CPU; the chapter's "
+                         f"{', '.join(missing)} sets are checked on a GPU")
+            elif missing and checked_sets:
+                u.append(f"shapes: the chapter's {', '.join(missing)} set{'s' if len(missing) > 1 else ''} "
+                         "not checked in this run (--sets)")
+        if ch.excluded:
+            u.append(f"not graded in this chapter: {ch.excluded}")
         self.method = m + [x for x in self.method if x.startswith("compute-sanitizer")]
+        self.unchecked = u
 
     # ------------------------------------------------------------------ outputs
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("checks", "timings", "sass_rule")}
         d["verdict"] = str(self.verdict)
+        d["headline"] = self.headline
         d["error_cause"] = str(self.error_cause) if self.error_cause else ""
         d["checks"] = [c.to_dict() for c in self.checks]
         d["timings"] = [t.to_dict() for t in self.timings]
@@ -190,14 +270,20 @@ class Report:
         return cols
 
     def env_line(self) -> str:
-        e = self.env
-        parts = [str(e.get("gpu"))] if e.get("gpu") and e.get("gpu") != "none" else ["CPU"]
-        for key, label in (("torch", "torch"), ("cudnn", "cuDNN"), ("triton", "triton"), ("driver", "driver")):
-            if e.get(key):
-                parts.append(f"{label} {e[key]}")
-        if e.get("date"):
-            parts.append(str(e["date"]))
-        return " · ".join(parts)
+        """The header: the machine (only what exists) and how the code ran when that was not on the GPU."""
+        from ..env import format_env
+        return format_env(self.env or {}, self.execution)
+
+    def _untimed(self) -> dict[str, list[str]]:
+        """Shapes without a time, grouped by why (one line for "correctness failed first", not one per shape)."""
+        out: dict[str, list[str]] = {}
+        for x in self.timings:
+            if not x.times and (x.messages or x.skipped):
+                out.setdefault(f"not timed — {x.skipped}" if x.skipped else x.messages[0], []).append(x.problem)
+        return out
+
+    def _style(self) -> str:
+        return PARTIAL_STYLE if self.partial else VERDICT_STYLE.get(str(self.verdict), "bold")
 
     def __rich__(self):
         from rich.console import Group
@@ -206,10 +292,10 @@ class Report:
         from rich.text import Text
 
         parts = []
-        head = Text.assemble((f"{str(self.verdict).upper()}", VERDICT_STYLE.get(str(self.verdict), "bold")),
-                             f"  chapter {self.chapter} — {self.title}\n", (self.shown_path, "dim"), "\n", self.summary)
+        head = Text.assemble((self.label, self._style()), (f" — {self.summary}" if self.summary else ""), "\n",
+                             f"chapter {self.chapter} — {self.title} · ", (self.shown_path, "dim"))
         parts.append(Panel(head, title="flashtutor grade", expand=False))
-        if self.env:
+        if self.env or self.execution:
             parts.append(Text(self.env_line() + (f" · graded in {self.seconds:.0f} s" if self.seconds else ""),
                               style="dim"))
         if self.checks:
@@ -230,9 +316,9 @@ class Report:
             for x in rows:
                 t.add_row(*(f(x, _fmt_short) for _, f in cols))
             parts.append(t)
-        for x in self.timings:
-            if not x.times and (x.messages or x.skipped):
-                parts.append(Text(f"{x.problem}: {x.skipped or x.messages[0]}", style="yellow"))
+        for why, names in self._untimed().items():
+            parts.append(Text(f"{why}: {', '.join(names)}" if len(names) > 1 else f"{names[0]}: {why}",
+                              style="yellow"))
         if self.resources:
             t = Table(title="compiled kernels")
             for col in ("kernel", "registers", "shared B", "stack B", "spill instr."):
@@ -250,7 +336,9 @@ class Report:
         if notes:
             parts.append(Panel(Text("\n".join(notes[:6])), title="notices", border_style="yellow"))
         if self.method:
-            parts.append(Text("checked: " + "\n         ".join(self.method), style="dim"))
+            parts.append(Text("checked:     " + "\n             ".join(self.method), style="dim"))
+        if self.unchecked:
+            parts.append(Text("not checked: " + "\n             ".join(self.unchecked), style="dim"))
         return Group(*parts)
 
     def print(self) -> None:
@@ -264,12 +352,12 @@ class Report:
         return c.export_text()
 
     def _repr_html_(self) -> str:
-        color = {"pass": "#1a7f37", "fail": "#cf222e", "not run": "#9a6700", "disturbed": "#9a6700"}.get(
-            str(self.verdict), "#cf222e")
-        h = [f"<div><b style='color:{color}'>{html.escape(str(self.verdict).upper())}</b> "
-             f"— chapter {html.escape(self.chapter)}: {html.escape(self.title)}<br>"
-             f"<code>{html.escape(self.shown_path)}</code><br>{html.escape(self.summary)}</div>"]
-        if self.env:
+        color = PARTIAL_COLOR if self.partial else HTML_COLOR.get(str(self.verdict), "#cf222e")
+        h = [f"<div><b style='color:{color}'>{html.escape(self.label)}</b>"
+             + (f" — {html.escape(self.summary)}" if self.summary else "") + "<br>"
+             f"chapter {html.escape(self.chapter)}: {html.escape(self.title)} · "
+             f"<code>{html.escape(self.shown_path)}</code></div>"]
+        if self.env or self.execution:
             h.append(f"<div style='color:#666'>{html.escape(self.env_line())}</div>")
         if self.checks:
             h.append("<table><tr><th>problem</th><th>cases</th><th>error (tightest row)</th><th>allowed</th><th>status</th></tr>")
@@ -299,6 +387,9 @@ class Report:
         if self.method:
             h.append("<details><summary>what was checked</summary><ul>"
                      + "".join(f"<li>{html.escape(m)}</li>" for m in self.method) + "</ul></details>")
+        if self.unchecked:
+            h.append("<details><summary>what was not checked</summary><ul>"
+                     + "".join(f"<li>{html.escape(m)}</li>" for m in self.unchecked) + "</ul></details>")
         return "\n".join(h)
 
     def chart_png(self) -> str | None:
@@ -325,13 +416,17 @@ class Report:
         ax.set_xticks([j + w * (len(series) - 1) / 2 for j in range(len(rows))])
         ax.set_xticklabels(names, rotation=30, ha="right", fontsize=9)
         ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.set_title(f"chapter {self.chapter}: GPU time per call on {self.env.get('gpu', '')} "
+        ax.set_title(f"chapter {self.chapter}: GPU time per call on {self.env.get('gpu') or 'this GPU'} "
                      f"({self.env.get('date', '')})", fontsize=10)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         plt.close(fig)
         return base64.b64encode(buf.getvalue()).decode()
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def _fmt_err(x) -> str:

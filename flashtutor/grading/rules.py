@@ -7,6 +7,8 @@ disturbed is not reported as a pass either.
 """
 from __future__ import annotations
 
+import re
+
 from ..chapters import Chapter
 from .evidence import Cause, TimingResult, Verdict
 
@@ -61,8 +63,192 @@ def sass_violations(rule, resources: dict) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- what a verdict covers, in words
+# Causes of a case whose output was never compared with the reference (the call did not finish).
+NOT_COMPARED = {Cause.ERROR, Cause.COMPILE_ERROR, Cause.IMPORT_ERROR, Cause.UNSUPPORTED_GPU, Cause.ILLEGAL_ADDRESS,
+                Cause.DEVICE_ASSERT, Cause.MISALIGNED, Cause.LAUNCH_FAILURE, Cause.ILLEGAL_INSTRUCTION,
+                Cause.OUT_OF_MEMORY, Cause.CRASH, Cause.TIMEOUT, Cause.NOT_RUN, Cause.MALFORMED, Cause.UNWRITTEN}
+# Lines of a worker's log that are the tracer's, not the learner's (torch's profiler announces itself).
+_LOG_NOISE = re.compile(r"^\s*(USDT:|\S*\s*\S*SyncActivityProfilerHandler|STAGE:\d|\[W\d+ .*profiler)")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def compared(checks) -> list:
+    """The cases whose output was compared with the reference (the others ended before an output existed):
+    an error was measured (even ∞: nothing written), or the cause is one only a comparison finds."""
+    return [c for c in checks if c.ok or c.cause not in NOT_COMPARED or c.err == c.err]
+
+
+def has_speed_rule(speed) -> bool:
+    get = speed.get if isinstance(speed, dict) else lambda k: getattr(speed, k, None)
+    return bool(get("max_ratio_vs_sdpa") or get("min_speedup_vs"))
+
+
+def _base(name: str) -> str:
+    return " ".join(str(name).split()[:4])          # "B2 H3 S37 D64 causal logits×36" -> "B2 H3 S37 D64"
+
+
+def sets_of(problem_names, prefer: str = "") -> list[str]:
+    """The named shape sets whose every shape is among ``problem_names`` (the largest ones: 'small', not
+    also 'short', which it contains), in the order the course lists them. Of sets with the same shapes,
+    ``prefer`` (the one this kind of run uses, e.g. 'emulated') or else the first."""
+    names = {_base(n) for n in problem_names}
+    if not names:
+        return []
+    from ..problems import SHAPE_SETS
+    full = {s: frozenset(p.name for p in ps) for s, ps in SHAPE_SETS.items() if {p.name for p in ps} <= names}
+    out, seen = [], {}
+    for s, ps in full.items():
+        if any(ps < other for other in full.values()):
+            continue
+        if ps in seen:
+            if s == prefer:
+                out[out.index(seen[ps])] = s
+                seen[ps] = s
+            continue
+        seen[ps] = s
+        out.append(s)
+    return out
+
+
+def run_set(execution: str) -> str:
+    """The shape set a run of this kind uses by default (the name to prefer among sets of the same shapes)."""
+    return {"emulated": "emulated", "interpreted": "cpu", "cpu": "cpu"}.get(execution, "")
+
+
+def the_sets(sets) -> str:
+    """['seed', 'small', 'odd'] -> "the seed, small and odd sets"."""
+    sets = list(sets)
+    if not sets:
+        return ""
+    words = sets[0] if len(sets) == 1 else ", ".join(sets[:-1]) + " and " + sets[-1]
+    return f"the {words} set" + ("s" if len(sets) > 1 else "")
+
+
+def _where(r) -> str:
+    """Where the learner's code ran, in words ("on the GPU", "interpreted on the CPU", ...)."""
+    from ..env import EXECUTION
+    ex = r.execution or ("gpu" if r.device == "cuda" else "")
+    return EXECUTION.get(ex, ex)
+
+
+def scope(r, ch: Chapter) -> str:
+    """What the verdict covers (shown in brackets after it): where the code ran, and what was not graded."""
+    from ..env import needs_arch
+    ex = r.execution or ("gpu" if r.device == "cuda" else "")
+    where = _where(r)
+    timed = [t for t in r.timings if not t.skipped and t.times]
+    if r.verdict == Verdict.NOT_RUN:
+        arch = needs_arch(ch)
+        if r.error_cause == Cause.UNSUPPORTED_GPU or (arch and r.device == "cuda"):
+            return f"not run — chapter {ch.key} needs {arch or 'sm_90'} (H100/H200)"
+        need = f"a Hopper GPU ({arch}: H100/H200)" if arch else "a CUDA GPU"
+        return f"compiled only — correctness and speed need {need}"
+    if r.verdict == Verdict.DISTURBED:
+        return f"correctness {where}; speed not graded: timing disturbed"
+    if r.verdict == Verdict.FAIL:
+        if r.error and not r.checks:
+            return "nothing ran"
+        return where
+    # a pass
+    if ex == "gpu":
+        if timed:
+            return ("correctness and speed, on the GPU" if has_speed_rule(ch.speed) else
+                    "correctness on the GPU; speed measured, no speed rule in this chapter")
+        skipped = next((t.skipped for t in r.timings if t.skipped), "")
+        why = skipped or "--no-timing"
+        if not has_speed_rule(ch.speed):
+            return f"correctness on the GPU; speed not measured: {why}"
+        return f"correctness only, on the GPU — speed not graded: {why}"
+    if ex == "emulated":
+        return "correctness only, emulated on the CPU — no timing; grade on a GPU for speed"
+    if ex in ("interpreted", "cpu"):
+        return f"correctness only, {where} — speed not graded: no GPU"
+    return "correctness only" if not timed else ""
+
+
+def partial(r) -> bool:
+    """A pass that leaves the chapter's speed ungraded (correctness only): never shown as a plain PASS."""
+    if r.verdict != Verdict.PASS:
+        return False
+    ex = r.execution or ("gpu" if r.device == "cuda" else "")
+    if ex != "gpu":
+        return True
+    timed = [t for t in r.timings if not t.skipped and t.times]
+    return has_speed_rule(r.speed_rule) and not timed
+
+
+def clean_log(log: str) -> str:
+    """A worker's output without the tracer's own lines."""
+    return "\n".join(line for line in (log or "").splitlines() if not _LOG_NOISE.match(line)).strip()
+
+
+def _case_name(c) -> str:
+    if not c.problem or str(c.problem) == "None":
+        return ""
+    return f"{c.problem} (seed {c.seed})" if c.seed is not None else str(c.problem)
+
+
+def case_failures(checks) -> list[str]:
+    """One message per distinct failure: cases that failed the same way (the same message, or one that
+    differs only in its numbers) are one entry, with how many and which."""
+    groups: dict[tuple, list] = {}
+    for c in checks:
+        if c.ok:
+            continue
+        msg = (c.message or "").strip() or str(c.cause or Cause.WRONG)
+        groups.setdefault((str(c.cause), _NUMBER.sub("#", msg)), []).append(c)
+    out = []
+    for cs in groups.values():
+        first = cs[0]
+        msg = (first.message or "").strip() or str(first.cause or Cause.WRONG)
+        if len(cs) == 1:
+            name = _case_name(first)
+            text = f"{name}: {msg}" if name else msg
+        else:
+            names = list(dict.fromkeys(str(c.problem) for c in cs if c.problem and str(c.problem) != "None"))
+            shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
+            same = all((c.message or "").strip() == (first.message or "").strip() for c in cs)
+            text = f"{msg} ({len(cs)} cases" + (f": {shown}" if shown else "")
+            if not same:
+                text += "; numbers from the first" + (f", seed {first.seed}" if first.seed is not None else "")
+            text += ")"
+        log = clean_log(first.log)
+        if log:
+            text += f"\n  worker output: {log}"
+        out.append(text)
+    return out
+
+
+def _pass_summary(r, ch: Chapter) -> str:
+    checked = list(r.checks)
+    s = f"correct on all {len(checked)} case{'' if len(checked) == 1 else 's'}"
+    sets = sets_of((c.problem for c in checked), run_set(r.execution)) if checked else []
+    if sets:
+        s += f" of {the_sets(sets)}"
+    timed = [t for t in r.timings if not t.skipped and t.times]
+    rs = [t.ratio for t in timed if t.ratio is not None]
+    if rs:
+        what = "SDPA's graph-replayed GPU time" if ch.speed.basis == "graph" else "SDPA's GPU time"
+        tsets = sets_of(t.problem for t in timed)
+        s += f"; timed on {the_sets(tsets)}" if tsets else f"; {len(timed)} shape{'s' if len(timed) > 1 else ''} timed"
+        s += ": " + (f"{min(rs):.2f}–{max(rs):.2f}× {what}" if len(rs) > 1 else f"{rs[0]:.2f}× {what}")
+        if ch.speed.max_ratio_vs_sdpa:
+            s += f" (at most {ch.speed.max_ratio_vs_sdpa:g}× allowed)"
+    sp = [t.speedup_vs_baseline for t in timed if t.speedup_vs_baseline]
+    if sp and ch.speed.min_speedup_vs:
+        base = (ch.speed.baseline or "the baseline").rsplit(".", 1)[-1]
+        s += (f"; {min(sp):.1f}–{max(sp):.1f}×" if len(sp) > 1 else f"; {sp[0]:.1f}×") + \
+             f" faster than {base} (at least {ch.speed.min_speedup_vs:g}× required)"
+    return s
+
+
+def _is_syntax_finding(f: dict) -> bool:
+    return str(f.get("what", "")).startswith("syntax error")
+
+
 def decide(r, ch: Chapter) -> None:
-    """Fill ``r.verdict``, ``r.summary``, ``r.failures`` from the evidence already in the report."""
+    """Fill ``r.verdict``, ``r.scope``, ``r.summary``, ``r.failures`` from the evidence already in the report."""
     r.failures, causes = [], []
 
     def fail(cause, message):
@@ -71,19 +257,25 @@ def decide(r, ch: Chapter) -> None:
             r.failures.append(message)
 
     if r.error:
-        fail(r.error_cause, r.error + (f"\n{r.error_log}" if r.error_log else ""))
+        log = clean_log(r.error_log)
+        fail(r.error_cause, r.error + (f"\n{log}" if log else ""))
     for f in r.static:
-        if f["severity"] == "forbidden":
-            fail(Cause.FORBIDDEN, f"{f['file']}:{f['line']}: {f['what']}")
-        else:
-            r.warnings.append(f"{f['file']}:{f['line']}: {f['what']}") if f"{f['file']}:{f['line']}: {f['what']}" \
-                not in r.warnings else None
+        text = f"{f['file']}:{f['line']}: {f['what']}"
+        if _is_syntax_finding(f):          # the scan could not read the file: the error says so already
+            if not r.error:
+                fail(Cause.IMPORT_ERROR, text)
+        elif f["severity"] == "forbidden":
+            fail(Cause.FORBIDDEN, text)
+        elif text not in r.warnings:
+            r.warnings.append(text)
     for msg in sass_violations(ch.sass, r.resources) if not r.error else []:
         fail(Cause.SASS, msg)
     for c in r.checks:
         if not c.ok:
-            fail(c.cause or Cause.WRONG, f"{c.problem} (seed {c.seed}): {c.message}"
-                 + (f"\n  worker output: {c.log}" if c.log else ""))
+            causes.append(c.cause or Cause.WRONG)
+    for msg in case_failures(r.checks):
+        if msg not in r.failures:
+            r.failures.append(msg)
     slow, disturbed = [], []
     for t in r.timings:
         if t.skipped:
@@ -95,6 +287,12 @@ def decide(r, ch: Chapter) -> None:
         elif not t.causes:
             slow += speed_violations(ch.speed, t)
     n_ok = sum(c.ok for c in r.checks)
+    if causes and set(map(str, causes)) == {str(Cause.UNSUPPORTED_GPU)}:
+        r.verdict = Verdict.NOT_RUN          # the GPU cannot run this chapter: not graded here, not a failure
+        r.summary = (r.error or next((c.message for c in r.checks if c.message), "")).splitlines()[0] \
+            if (r.error or r.checks) else "this GPU cannot run the chapter's kernels"
+        r.scope = scope(r, ch)
+        return
     if causes:
         r.verdict = Verdict.FAIL
         uniq = []
@@ -104,31 +302,41 @@ def decide(r, ch: Chapter) -> None:
         if r.error and not r.checks:
             r.summary = f"{r.error_cause}: {r.error.splitlines()[0]}" if r.error_cause != Cause.COMPILE_ERROR \
                 else "compile error"
+        elif not r.checks:           # found before anything ran (the scan, the SASS): say what, not "0/0 cases"
+            more = len(r.failures) - 1
+            r.summary = f"{uniq[0]}: {r.failures[0].splitlines()[0]}" + (f" (and {more} more)" if more > 0 else "")
         else:
             r.summary = f"{n_ok}/{len(r.checks)} correctness cases pass; failures: {', '.join(uniq)}"
+        r.scope = scope(r, ch)
         return
     if r.compile_only:
         r.verdict = Verdict.NOT_RUN
-        r.summary = f"compiled for {r.arch or '?'}; no CUDA GPU here, so correctness and speed were not checked"
+        name = __import__("pathlib").Path(r.path).name
+        if r.arch and ch.sass is not None and r.resources:
+            r.summary = f"compiled for {r.arch}; the SASS rule is met"
+        elif r.arch:
+            r.summary = f"compiled for {r.arch}; registers and spills listed below"
+        else:
+            r.summary = f"no CUDA source (.cu) found for {name}: nothing to compile"
+        r.scope = scope(r, ch)
         return
     if slow:
         causes.append(Cause.TOO_SLOW)
         r.verdict = Verdict.FAIL
         r.summary = f"correct on all {len(r.checks)} cases but too slow: " + "; ".join(slow[:3])
         r.failures.extend(slow)
+        r.scope = scope(r, ch)
         return
     if disturbed:
         r.verdict = Verdict.DISTURBED
         r.summary = (f"correct on all {len(r.checks)} cases; timing disturbed by another process on this GPU: "
                      "re-run when the GPU is free")
         r.warnings.extend(disturbed)
+        r.scope = scope(r, ch)
         return
     r.verdict = Verdict.PASS
-    r.summary = f"correct on all {len(r.checks)} cases"
-    rs = [t.ratio for t in r.timings if t.ratio is not None]
-    if rs:
-        what = "SDPA's graph-replayed GPU time" if ch.speed.basis == "graph" else "SDPA's GPU time"
-        r.summary += f"; {min(rs):.2f}–{max(rs):.2f}× {what}" if len(rs) > 1 else f"; {rs[0]:.2f}× {what}"
+    r.summary = _pass_summary(r, ch)
+    r.scope = scope(r, ch)
 
 
 SANITIZER_CAUSE = {"memcheck": Cause.MEMORY_ERROR, "racecheck": Cause.RACE, "synccheck": Cause.BARRIER}
@@ -146,9 +354,9 @@ def fold_sanitizer(r, result: dict) -> None:
     causes = sorted({str(SANITIZER_CAUSE.get(t, t)) for t, _ in found})
     r.failures.insert(0, format_findings(result))
     if r.verdict == Verdict.PASS:
-        r.verdict = Verdict.FAIL
         r.summary = f"correct on the graded cases, but compute-sanitizer found: {', '.join(causes)}"
     else:
-        r.verdict = Verdict.FAIL
         r.summary += f"; compute-sanitizer found: {', '.join(causes)}"
+    r.verdict = Verdict.FAIL
+    r.scope = _where(r)
     r.sanitizer_causes = causes
