@@ -2,7 +2,7 @@
 import pytest
 
 from flashtutor import grade
-from gpu_gradings import REFERENCES, STUBS, TIMED
+from gpu_gradings import REFERENCES, STUB_CHAPTERS, STUBS, TIMED, learners_changes
 
 pytestmark = pytest.mark.gpu
 
@@ -61,8 +61,10 @@ def test_solution_passes_its_speed_rule(gradings, key):
             assert t.times["sdpa"].median_us < t.times["learner"].median_us   # a naive kernel loses
 
 
-@pytest.mark.parametrize("key", STUBS)
+@pytest.mark.parametrize("key", STUB_CHAPTERS)
 def test_stub_fails_as_unwritten(gradings, key):
+    if key not in STUBS:
+        pytest.skip(f"{', '.join(learners_changes(key))} changed since generated (your work): not graded as the stub")
     r = gradings.report("stub", key)
     assert r.verdict == "fail"
     assert r.causes == {"unwritten"}, (r.causes, r.failures[:3])
