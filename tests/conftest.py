@@ -58,3 +58,16 @@ def gpu_alone():
     """A test that times on the GPU in pytest's own process: alone, as the grader's timed sections are."""
     with _gpu_lock("exclusive"):
         yield
+
+
+# ---------------------------------------------------------------- a learner's edits ----------------
+def untouched_exercise(key: str) -> None:
+    """For a test that reads a chapter's exercise files as the generator wrote them: skip it, naming the
+    files, when a learner has changed them (their work must not turn the course's tests red) — except under
+    CI=true, where an author's stale exercise must still fail."""
+    from flashtutor import exercises
+    from flashtutor.chapters import get_chapter
+    changed = exercises.changed_files(key, names=get_chapter(key).files)
+    if changed and not exercises.ci():
+        pytest.skip(f"{', '.join(str(p.relative_to(ROOT)) for p in changed)} changed since it was generated (your work): "
+                    "not checked against the solution (CI=true checks it anyway)")

@@ -15,6 +15,7 @@ from flashtutor.check import check_output
 from flashtutor.loaders import load_cuda
 from flashtutor.problems import Problem, shape_set
 from flashtutor.sass import disassemble, histogram
+from conftest import untouched_exercise
 
 CH = get_chapter("02")
 KERNELS = ROOT / "flashtutor" / "kernels"
@@ -97,6 +98,7 @@ def test_online_softmax_computes_each_score_once():
 
 
 def test_stub_compiles_and_stores_nothing():
+    untouched_exercise("02")
     sass = disassemble(load_cuda(EXERCISE_CU, arch="sm_90a").cubin)
     assert set(sass) == STEP_CU["c"][1]
     for name, ins in sass.items():
@@ -104,6 +106,7 @@ def test_stub_compiles_and_stores_nothing():
 
 
 def test_exercise_is_generated_from_the_solution():
+    untouched_exercise("02")
     assert exercises.stale([CH]) == []
     text = SOLUTION_CU.read_text()
     assert text.count("BEGIN SOLUTION") == text.count("END SOLUTION") >= 3

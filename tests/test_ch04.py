@@ -12,6 +12,7 @@ import pytest
 from flashtutor import grade
 from flashtutor.chapters import get_chapter
 from adversarial.ch04_mutations import MUTATIONS, materialize
+from conftest import untouched_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
 CH = get_chapter("04")
@@ -30,6 +31,7 @@ def test_solution_passes_through_the_interpreter():
 
 
 def test_stub_fails():
+    untouched_exercise("04")
     r = grade("04", device="cpu", progress=False)
     assert r.verdict == "fail"
     # The stub raises at the TODO or leaves the output unwritten: either way, "unwritten".

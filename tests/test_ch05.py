@@ -20,6 +20,7 @@ from flashtutor.check import check_output
 from flashtutor.loaders import load_cuda
 from flashtutor.loaders import cutlass as cl
 from flashtutor.problems import Problem
+from conftest import untouched_exercise
 
 CH = get_chapter("05")
 SOL = ROOT / "solutions" / "05_cutlass_three_kernel"
@@ -163,6 +164,7 @@ def test_softmax_compiles_for_sm90a_without_spills():
 
 
 def test_exercise_compiles_and_asks_for_the_configuration():
+    untouched_exercise("05")
     load_cuda(EX / "softmax.cu", arch="sm_90a")               # the TODO stub still compiles
     ex = _module(EX / "attention.py", "ch05_exercise")
     with pytest.raises(NotImplementedError, match="TODO"):
@@ -238,6 +240,7 @@ def test_pipeline_is_correct_on_the_cpu(causal):
 
 
 def test_stub_softmax_fails_on_the_cpu():
+    untouched_exercise("05")
     sol = _module(SOL / "attention.py", "ch05_solution_stub")
     em = _emulated_softmax(EX / "softmax.cu")
     r = _run_pipeline(sol, em, Problem(2, 3, 37, 64))

@@ -16,6 +16,7 @@ import torch
 from flashtutor import grade, graphs
 from flashtutor.api import set_poisoning
 from flashtutor.chapters import get_chapter
+from conftest import untouched_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
 CH = get_chapter("06")
@@ -83,6 +84,7 @@ def test_solution_passes_through_the_interpreter():
 
 
 def test_stub_fails():
+    untouched_exercise("06")
     r = grade("06", device="cpu", progress=False)
     assert r.verdict == "fail"
     assert causes(r) == {"unwritten"}, causes(r)           # the TODO raises NotImplementedError: not written yet

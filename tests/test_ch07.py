@@ -17,6 +17,7 @@ from flashtutor.chapters import CHAPTERS, ROOT
 from flashtutor.loaders import load_cuda, tma
 from flashtutor.loaders.nvrtc import course_include_dir, cuda_include_dir
 from flashtutor.sass import disassemble, histogram
+from conftest import untouched_exercise
 
 # step: (kernel file, kernel name prefix, launcher module)
 STEPS = {
@@ -134,6 +135,7 @@ def test_the_solution_is_step_b():
 
 
 def test_exercise_is_generated_and_compiles():
+    untouched_exercise("07")
     from flashtutor import exercises
     assert exercises.stale([CHAPTERS["07"]]) == []
     text = EXERCISE.read_text()
@@ -269,6 +271,7 @@ def test_step_c_keeps_its_overlaps(sass):
 
 def test_the_ptx_wrappers_live_in_one_header():
     """Every chapter-7 kernel includes flashtutor/cuda/hopper.cuh; none defines a wrapper of its own."""
+    untouched_exercise("07")
     header = ROOT / "flashtutor/cuda/hopper.cuh"
     wrappers = set(re.findall(r"__forceinline__ \w+ (\w+)\(", header.read_text()))
     assert {"mbar_wait", "tma_load_2d", "make_desc", "wgmma_fence", "fence_regs", "fast_exp2"} <= wrappers

@@ -9,6 +9,7 @@ import pytest
 from flashtutor import emulate, grade
 from flashtutor.chapters import get_chapter
 from flashtutor.problems import shape_set
+from conftest import untouched_exercise
 
 needs_gxx = pytest.mark.skipif(not emulate.available(), reason=f"no CPU emulation here: {emulate.unavailable_reason()}")
 CHAPTERS = ("01", "02", "03", "05")
@@ -57,6 +58,7 @@ def test_solution_passes_emulated(key):
 @needs_gxx
 @pytest.mark.parametrize("key", CHAPTERS)
 def test_exercise_stub_is_unwritten(key):
+    untouched_exercise(key)
     r = _grade(key, get_chapter(key).exercise_path())
     assert r.verdict == "fail" and r.causes == {"unwritten"}, (r.causes, r.failures[:2])
     assert r.execution == "emulated"

@@ -7,6 +7,7 @@ from flashtutor.chapters import ROOT
 from flashtutor.loaders import CompileError, load_cuda
 from flashtutor.loaders.nvrtc import compile_cuda
 from flashtutor.sass import disassemble, histogram, opcode
+from conftest import untouched_exercise
 
 SOLUTION = ROOT / "solutions/01_naive_cuda/attention.cu"
 EXERCISE = ROOT / "chapters/01_naive_cuda/attention.cu"
@@ -33,6 +34,7 @@ def test_solution_sass_is_scalar_fp32_math():
 
 
 def test_stub_compiles_and_does_nothing():
+    untouched_exercise("01")
     sass = disassemble(load_cuda(EXERCISE, arch="sm_90a").cubin)["naive_attention"]
     assert histogram(sass)["STG"] == 0                       # writes nothing: the grader sees NaN
 
