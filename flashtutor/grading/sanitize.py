@@ -329,8 +329,8 @@ def sanitize(chapter, path=None, *, solution: bool = False, tools=TOOLS, timeout
         return _result(empty, "not run", f"no submission at {path}", **extra)
     tool_path = find_tool("compute-sanitizer")
     if tool_path is None:
-        return _result(empty, "not run", "compute-sanitizer not found: it comes with a CUDA toolkit "
-                       "(/usr/local/cuda/bin) or `pip install nvidia-cuda-sanitizer-api`", **extra)
+        from ..env import SANITIZER_HINT
+        return _result(empty, "not run", f"compute-sanitizer not found: {SANITIZER_HINT}", **extra)
     if not _gpu_available():
         return _result(empty, "not run", "no CUDA GPU here: compute-sanitizer runs the kernels, so it needs one",
                        **extra)
