@@ -122,3 +122,27 @@ def test_chapter6_rejects_a_call_that_cannot_be_replayed_from_a_graph(tmp_path):
     assert all(c.get("ok") for c in r.checks), r.failures[:2]
     assert r.verdict == "fail", r.summary
     assert any("could not be replayed from a CUDA graph" in f for f in r.failures), r.failures
+
+
+def test_a_gpu_that_is_not_hopper_does_not_run_chapters_5_and_7(monkeypatch):
+    """On an A100 (sm_80), chapters 5 and 7 are compiled and SASS-checked but not run: a one-line reason,
+    verdict 'not run' (exit 3), never a failure; other chapters run anywhere."""
+    import torch
+
+    from flashtutor.chapters import get_chapter
+    from flashtutor.grading.evidence import Cause, Verdict
+    from flashtutor.grading.judge import _gpu_cannot_run
+    from flashtutor.grading.report import Report
+    from flashtutor.grading.rules import decide
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    assert _gpu_cannot_run(get_chapter("04")) == ""
+    for key in ("05", "07"):
+        why = _gpu_cannot_run(get_chapter(key))
+        assert "sm_80" in why and "A100" in why and "\n" not in why
+        r = Report(chapter=key, title="", path="attention.py", device="cuda")
+        r.set_error(Cause.UNSUPPORTED_GPU, why)
+        decide(r, get_chapter(key))
+        assert r.verdict == Verdict.NOT_RUN, r.verdict
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert _gpu_cannot_run(get_chapter("07")) == ""

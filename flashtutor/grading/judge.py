@@ -191,6 +191,12 @@ class Judge:
             else:
                 self._compiled_only(self.not_emulated)
                 stop = True
+        if not stop and self.device == "cuda":
+            why = _gpu_cannot_run(self.ch)
+            if why:                       # compiled and its SASS checked above; nothing runs on this GPU
+                r.set_error(Cause.UNSUPPORTED_GPU, why)
+                r.execution = "compiled only"
+                stop = True
         if stop:
             self.worker.stop()
             return self.finish(t0)
@@ -405,6 +411,20 @@ class Judge:
         elif cause not in (Cause.TIMEOUT, Cause.CRASH):
             text = f"{cause}: {text}"
         return CaseResult(p.name, seed, False, cause, text, log=msg.get("log", ""))
+
+
+def _gpu_cannot_run(ch: Chapter) -> str:
+    """Why this GPU cannot run the chapter's kernels ('' when it can): chapters 5 and 7 need Hopper."""
+    from ..env import needs_arch
+    arch = needs_arch(ch)
+    if not arch:
+        return ""
+    import torch
+    cc = torch.cuda.get_device_capability()
+    if cc == (9, 0):
+        return ""
+    return (f"chapter {ch.key}'s kernels need {arch} (H100/H200); this GPU, {torch.cuda.get_device_name()}, is "
+            f"sm_{cc[0]}{cc[1]}: they were compiled and their SASS checked, nothing was run")
 
 
 # ---------------------------------------------------------------- entry ---------------------------------
