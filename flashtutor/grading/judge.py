@@ -294,7 +294,8 @@ class Judge:
                                 allowed=__import__("re").compile(self.ch.allowed_kernels) if self.ch.allowed_kernels else None,
                                 allow_torch_math=self.ch.kind == "torch",
                                 need_own=(self.device == "cuda" or self.emulate)
-                                and self.ch.kind in ("cuda", "triton", "cutlass") and self.ch.anticheat)
+                                and self.ch.kind in ("cuda", "triton", "cutlass") and self.ch.anticheat,
+                                need_registers=self.device == "cuda")
         from .timing import GpuLock
         self.lock = GpuLock() if self.device == "cuda" else None
         lost = []                 # cases that cost the worker (a hang, a crash, a lost CUDA context)

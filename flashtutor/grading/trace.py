@@ -48,6 +48,7 @@ class Policy:
     allowed: re.Pattern | None = None   # library kernels the chapter allows (chapter 5's CUTLASS GEMMs)
     allow_torch_math: bool = False  # plain-PyTorch chapters (the grader's self-tests): elementwise/reductions ok
     need_own: bool = True           # every call must run one of the learner's kernels
+    need_registers: bool = False    # a kernel with the learner's name must come with its registers (CUPTI, on a GPU)
 
 
 @dataclass
@@ -98,7 +99,10 @@ def judge(trace: Trace, policy: Policy, *, calls: int) -> list[Finding]:
         kind = classify(k.name, policy)
         if kind == "own":
             regs = policy.registers.get(k.name)
-            if regs and k.registers is not None and k.registers not in regs:
+            if regs and k.registers is None and policy.need_registers:
+                out.append(Finding(Cause.UNTRACED, f"the trace of {k.name} carries no register count, so it cannot "
+                                   "be matched to the kernel compiled from your file"))
+            elif regs and k.registers is not None and k.registers not in regs:
                 out.append(Finding(Cause.NOT_OWN, f"a kernel named {k.name} ran with {k.registers} registers per "
                                    f"thread, but {k.name} compiled from your source uses "
                                    f"{' or '.join(str(r) for r in sorted(regs))}: it was not built from your file"))

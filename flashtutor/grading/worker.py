@@ -81,10 +81,11 @@ class Tracer:
     the task: a trace without both markers did not cover the whole call (the learner's code stopped or
     replaced the session), and the judge treats the call as untraced."""
 
-    def __init__(self, cuda: bool, emulated: bool = False):
+    def __init__(self, cuda: bool, emulated: bool = False, registers: bool = True):
         import warnings
         warnings.filterwarnings("ignore", message="Profiler clears events")   # torch's note on cycles: not ours
         self.cuda, self.emulated = cuda, emulated
+        self.registers = registers        # the judge compares the registers of CUDA kernels (chapters of .cu files)
         self.prof = None
         self.nonce = ""
 
@@ -122,8 +123,11 @@ class Tracer:
         agg: dict[tuple[str, int], KernelRecord] = {}
         device = [e for e in events if str(e.device_type()).endswith("CUDA")]
         meta = {id(e): _resources(e) for e in device}
-        if any(meta[id(e)][0] is None and not _is_copy(e.name()) for e in device):
-            _from_chrome_trace(prof, device, meta)       # this torch keeps CUPTI's metadata out of the events
+        # torch 2.11 keeps CUPTI's metadata (registers, bytes) out of the events; the exported trace has it.
+        # Exported only when needed (it costs milliseconds): registers for CUDA chapters, bytes of DtoH copies.
+        if any((self.registers and meta[id(e)][0] is None and not _is_copy(e.name()))
+               or (e.name().startswith("Memcpy DtoH") and meta[id(e)][2] is None) for e in device):
+            _from_chrome_trace(prof, device, meta)
         for e in device:
             key = (e.name(), int(e.device_resource_id()))
             r = agg.get(key)
@@ -219,7 +223,7 @@ class Worker:
         self.path = Path(setup["path"]).resolve()
         self.files = [str(Path(f).resolve()) for f in setup.get("files", [])]
         self.streams = _Streams()
-        self.tracer = Tracer(self.cuda, emulated=self.emulate)
+        self.tracer = Tracer(self.cuda, emulated=self.emulate, registers=setup.get("kind") in ("cuda", "cutlass"))
         self.graphs: dict = {}
         # First what needs no arena, while the judge is still getting ready: CUDA, the tracer's costly first
         # start, the submission's import (and its compiles).
