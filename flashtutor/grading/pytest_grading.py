@@ -64,8 +64,8 @@ def shape_sets(ch: Chapter, device: str) -> dict[str, str]:
     item it counts in: the first of the chapter's sets (then any other named set) that holds its shape,
     or :data:`LARGE_LOGITS`. Insertion order is the items' order."""
     from ..problems import SHAPE_SETS
-    from .judge import plan_checks
-    own = ("cpu",) if device == "cpu" else tuple(ch.check_sets)
+    from .judge import default_check_sets, plan_checks
+    own = default_check_sets(ch, device)
     order = list(own) + [s for s in SHAPE_SETS if s not in own]
     out: dict[str, str] = {}
     for p, _ in plan_checks(ch, seeds=1, device=device):
