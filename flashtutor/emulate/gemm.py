@@ -10,6 +10,8 @@ code calls a torch matmul) does not show them.
 """
 from __future__ import annotations
 
+from ..loaders.cutlass import GemmTable, _dedupe
+
 
 class ReferenceGemm:
     """``D[l] = alpha · A[l]·op(B[l])`` for ``l < L``, as the configuration's CUTLASS GEMM computes it: ``qk``
@@ -43,26 +45,15 @@ class ReferenceGemm:
         return d
 
 
-class ReferenceGemms:
+class ReferenceGemms(GemmTable):
     """Stands in for a :class:`flashtutor.loaders.cutlass.GemmLibrary`: ``lib[config]`` is a :class:`ReferenceGemm`."""
 
     path = "(CPU reference GEMMs: flashtutor.emulate.gemm)"
     report = None
 
     def __init__(self, configs):
-        from ..loaders.cutlass import _dedupe
         self.configs = _dedupe(configs)
         self._gemms = {c: ReferenceGemm(c) for c in self.configs}
-
-    def __getitem__(self, config) -> ReferenceGemm:
-        try:
-            return self._gemms[config]
-        except KeyError:
-            raise KeyError(f"{config.name} is not in this library (built: "
-                           f"{', '.join(c.name for c in self.configs)})") from None
-
-    def __contains__(self, config) -> bool:
-        return config in self._gemms
 
     def __repr__(self) -> str:
         return f"ReferenceGemms({len(self.configs)} configurations, CPU)"

@@ -300,16 +300,12 @@ class Gemm:
         return d
 
 
-class GemmLibrary:
-    """The compiled configurations of one shared library: ``lib[config]`` is a :class:`Gemm`."""
+class GemmTable:
+    """The GEMMs of a set of configurations, looked up by configuration (a built library, or the CPU reference)."""
+    configs: list
+    _gemms: dict
 
-    def __init__(self, path: str, configs: list[GemmConfig], report: BuildReport, source_key: str = ""):
-        self.path, self.configs, self.report, self.source_key = path, list(configs), report, source_key
-        self._lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
-        self._gemms = {c: Gemm(self._lib, c) for c in self.configs}
-        self.announced = False
-
-    def __getitem__(self, config: GemmConfig) -> Gemm:
+    def __getitem__(self, config: GemmConfig):
         try:
             return self._gemms[config]
         except KeyError:
@@ -318,6 +314,16 @@ class GemmLibrary:
 
     def __contains__(self, config) -> bool:
         return config in self._gemms
+
+
+class GemmLibrary(GemmTable):
+    """The compiled configurations of one shared library: ``lib[config]`` is a :class:`Gemm`."""
+
+    def __init__(self, path: str, configs: list[GemmConfig], report: BuildReport, source_key: str = ""):
+        self.path, self.configs, self.report, self.source_key = path, list(configs), report, source_key
+        self._lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        self._gemms = {c: Gemm(self._lib, c) for c in self.configs}
+        self.announced = False
 
     def __repr__(self) -> str:
         return f"GemmLibrary({len(self.configs)} configurations, {self.path})"
