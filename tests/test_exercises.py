@@ -46,19 +46,25 @@ def test_every_solution_has_a_marked_region():
         assert any("BEGIN SOLUTION" in s for s in sols), ch.slug
 
 
-def test_write_keeps_a_learners_changes(tmp_path, monkeypatch):
+@pytest.fixture
+def private_course(tmp_path, monkeypatch):
+    """A private copy of chapter 1's solution tree (the real exercise files stay untouched), with the
+    generator pointed at it; returns the chapter, re-rooted there."""
     from dataclasses import replace
+    import flashtutor.chapters as chapters
     ch = CHAPTERS["01"]
-    # a private copy of the chapter tree, so the real exercise files are untouched
     (tmp_path / "solutions" / ch.slug).mkdir(parents=True)
     (tmp_path / "chapters" / ch.slug).mkdir(parents=True)
     for name in ch.files:
         (tmp_path / "solutions" / ch.slug / name).write_text((ch.solution_dir / name).read_text())
     monkeypatch.setattr(exercises, "ROOT", tmp_path)
     monkeypatch.setattr(exercises, "MANIFEST", tmp_path / "chapters" / ".generated.json")
-    import flashtutor.chapters as chapters
     monkeypatch.setattr(chapters, "ROOT", tmp_path)
-    fake = replace(ch)
+    return replace(ch)
+
+
+def test_write_keeps_a_learners_changes(tmp_path, private_course):
+    ch = fake = private_course
     said = exercises.write([fake])
     assert len([s for s in said if s.startswith("wrote")]) == len(ch.files) + 1     # and the chapter's test file
     assert exercises.grading_tests(fake).read_text() == exercises.generated(fake)[exercises.grading_tests(fake)]
@@ -70,20 +76,12 @@ def test_write_keeps_a_learners_changes(tmp_path, monkeypatch):
     assert any("kept your version" in s for s in said)
 
 
-def test_changed_files_are_the_learners(tmp_path, monkeypatch):
+def test_changed_files_are_the_learners(tmp_path, monkeypatch, private_course):
     """What the generator wrote (its hash in the manifest) is untouched; an edit, a deletion, or a file it never
     recorded that differs from what it writes now is the learner's."""
-    from dataclasses import replace
-    import flashtutor.chapters as chapters
-    ch = CHAPTERS["01"]
-    (tmp_path / "solutions" / ch.slug).mkdir(parents=True)
-    for name in ch.files:
-        (tmp_path / "solutions" / ch.slug / name).write_text((ch.solution_dir / name).read_text())
-    monkeypatch.setattr(exercises, "ROOT", tmp_path)
-    monkeypatch.setattr(exercises, "MANIFEST", tmp_path / "chapters" / ".generated.json")
-    monkeypatch.setattr(chapters, "ROOT", tmp_path)
-    monkeypatch.setattr(exercises, "CHAPTERS", {"01": replace(ch)})
-    monkeypatch.setattr(exercises, "get_chapter", lambda key: replace(ch))
+    ch = private_course
+    monkeypatch.setattr(exercises, "CHAPTERS", {"01": ch})
+    monkeypatch.setattr(exercises, "get_chapter", lambda key: ch)
     exercises.write()
     folder = tmp_path / "chapters" / ch.slug
     assert exercises.changed_files("01") == []
@@ -95,7 +93,7 @@ def test_changed_files_are_the_learners(tmp_path, monkeypatch):
     # not in the manifest: untouched only while it is what the generator writes now
     exercises.MANIFEST.write_text("{}")
     assert set(exercises.changed_files("01")) == {folder / "attention.cu", folder / "attention.py"}
-    test_file = exercises.grading_tests(replace(ch))
+    test_file = exercises.grading_tests(ch)
     test_file.write_text(test_file.read_text() + "\n")
     assert test_file in exercises.changed_files("01")
 
