@@ -106,3 +106,16 @@ def test_book_notebook_runs(notebook, tmp_path):
          "--rootdir", str(tmp_path), str(notebook)],
         capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, f"{notebook.name} failed under nbval:\n{(result.stdout + result.stderr)[-6000:]}"
+
+
+def test_stored_outputs_show_no_machine_paths_into_the_course():
+    """Stored outputs name course files relative to the course folder, never as the absolute path of the
+    machine that ran them (a reader's copy lives elsewhere)."""
+    import json
+    import re
+    absolute = re.compile(r"(?<![\w.~])/(?:[\w.-]+/)+(?:chapters|solutions|flashtutor)/[\w.-]+")
+    for nb in BOOK_NOTEBOOKS:
+        cells = json.loads(nb.read_text())["cells"]
+        for i, cell in enumerate(cells):
+            found = absolute.findall(json.dumps(cell.get("outputs", [])))
+            assert not found, f"{nb.name} cell {i}: {found[:2]}"
