@@ -37,6 +37,7 @@ import pytest
 
 from ..chapters import Chapter, get_chapter
 from .evidence import Cause
+from .rules import case_failures, clean_log
 
 LARGE_LOGITS = "large_logits"
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -101,20 +102,6 @@ def setup_reason(r) -> str:
     return f"{r.error_cause or 'error'}: {first}"
 
 
-def _case_lines(bad) -> list[str]:
-    """Failing cases as the report's failure list words them (rules.decide)."""
-    from . import rules
-    if hasattr(rules, "case_failures"):          # cases that failed alike, one line each
-        return rules.case_failures(bad)
-    return [f"{c.problem} (seed {c.seed}): {c.message}" + (f"\n  worker output: {c.log}" if c.log else "")
-            for c in bad]
-
-
-def _clean_log(log: str) -> str:
-    from . import rules
-    return (rules.clean_log(log) if hasattr(rules, "clean_log") else (log or "")).strip()
-
-
 def _capped(lines: list[str], key: str) -> list[str]:
     if len(lines) <= MAX_LINES:
         return lines
@@ -146,7 +133,7 @@ def outcomes(r, ch: Chapter, crits: list[Criterion], sets: dict[str, str]) -> di
             out[c] = (SKIPPED, f"correctness ({c.shape_set}): {setup_reason(r)}")
     elif r.error:
         head = setup_reason(r)          # every item: the one-line reason; the first also the rest of the text
-        rest = r.error.strip().split("\n", 1)[1:] + [_clean_log(r.error_log)]
+        rest = r.error.strip().split("\n", 1)[1:] + [clean_log(r.error_log)]
         more = "\n".join(x.strip("\n") for x in rest if x.strip())
         for i, c in enumerate(corr):
             out[c] = (FAILED, head + (f"\n{more}" if more and i == 0 else ""))
@@ -162,7 +149,7 @@ def outcomes(r, ch: Chapter, crits: list[Criterion], sets: dict[str, str]) -> di
             if bad:
                 causes = ", ".join(dict.fromkeys(str(x.cause or Cause.WRONG) for x in bad))
                 head = f"{len(bad)}/{len(cases)} cases of {_set_label(c.shape_set)} fail ({causes}):"
-                out[c] = (FAILED, "\n".join([head] + _capped(_case_lines(bad), ch.key)))
+                out[c] = (FAILED, "\n".join([head] + _capped(case_failures(bad), ch.key)))
             elif unsupported:
                 out[c] = (SKIPPED, f"correctness ({c.shape_set}): {unsupported[0].message.splitlines()[0]}")
             elif cases:
@@ -367,5 +354,5 @@ def pytest_terminal_summary(terminalreporter):
         if r is None:
             tr.write_line(f"chapter {g.chapter.key}: not graded — {g.error}")
             continue
-        line = getattr(r, "headline", "") or f"{str(r.verdict).upper()} ({r.execution}) — {r.summary}"
+        line = r.headline
         tr.write_line(f"chapter {g.chapter.key} · {r.shown_path}: {line}")
