@@ -322,15 +322,17 @@ def test_pipeline_runs_near_the_speed_of_its_own_traffic():
     """The design is memory-bound by the S×S scores; the reference must not waste much more on top.
 
     Measured on an H200 (2026-11-21): 70–75 µs at the seed shape against a 49 µs floor for its own
-    traffic, 1.43–1.5×; the bound is 2× so that a fresh machine's spread does not fail it."""
+    traffic, 1.43–1.5×; the bound is 2× so that a fresh machine's spread does not fail it. The GPU time
+    is read from graph replays: event-timed call by call on the H100's slow host (2026-11-23) the same
+    pipeline read 221 µs — three launches of host time, not GPU time (the grader measured 90.7 µs)."""
     if not _hopper():
         pytest.skip("the CUTLASS GEMMs are built for sm_90a (H100/H200)")
     from flashtutor.kernels import k05_three_kernel as ref
     from flashtutor.roofline import measure_peaks
-    from flashtutor.timing import event_times
+    from flashtutor.timing import graph_times
     p = Problem(1, 16, 1024, 64)
     q, k, v = p.inputs(0, "cuda")
-    t = event_times(lambda: ref.attention(q, k, v), reps=40).median_us
+    t = graph_times(lambda: ref.attention(q, k, v)).median_us
     floor = ref.bytes_moved(p) / (measure_peaks().hbm_tbs * 1e12) * 1e6
     assert t <= 2.0 * floor, f"{t:.1f} µs for {ref.bytes_moved(p) / 1e6:.0f} MB (HBM floor {floor:.1f} µs)"
 

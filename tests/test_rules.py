@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from flashtutor import grade
-from flashtutor.chapters import ROOT, SassRule, SpeedRule
+from flashtutor.chapters import ROOT, SassRule, SpeedRule, get_chapter
 from flashtutor.grading.evidence import TimingResult
 from flashtutor.grading.rules import sass_violations, speed_violations
 
@@ -95,9 +95,35 @@ def test_chapter2_rejects_a_kernel_not_enough_faster_than_chapter1(tmp_path):
     shutil.copy(ROOT / "flashtutor/kernels/k02a_coalesced.py", tmp_path / "attention.py")
     shutil.copy(ROOT / "flashtutor/kernels/k02a_coalesced.cu", tmp_path / "attention.cu")
     r = grade("02", tmp_path / "attention.py", progress=False, time_sets=("seed",))
-    assert all(c.get("ok") for c in r.checks), r.failures[:2]
+    assert all(c.ok for c in r.checks), r.failures[:2]
     assert r.verdict == "fail", r.summary
     assert any("faster than k01_naive_three_pass" in f and "< 12× required" in f for f in r.failures), r.failures
+
+
+SPIN = ("\n    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {   // test only: one thread idles ~1 ms\n"
+        "        long long t0 = clock64();\n        while (clock64() - t0 < 2000000) { }\n    }\n")
+
+
+def slowed_solution(key: str, cu: str, tmp_path):
+    """The chapter's solution with one thread of each of its kernels spinning for 2M cycles (~1 ms): correct,
+    but far slower than the chapter asks."""
+    import re
+    sol = ROOT / "solutions" / get_chapter(key).slug
+    shutil.copy(sol / "attention.py", tmp_path / "attention.py")
+    src, n = re.subn(r'(extern "C" __global__[^{;]*\{)', lambda m: m.group(1) + SPIN, (sol / cu).read_text())
+    assert n >= 1, f"no kernel found in {cu}"
+    (tmp_path / cu).write_text(src)
+    return tmp_path / "attention.py"
+
+
+@pytest.mark.parametrize("key, cu", [("03", "attention.cu"), ("05", "softmax.cu")])
+@pytest.mark.gpu
+def test_a_correct_but_slow_kernel_fails_the_speed_rule(key, cu, tmp_path):
+    """Chapters 3 and 5 bound the time per call against SDPA's: the solution with a 1-ms idle thread passes
+    every correctness case and fails on speed alone."""
+    r = grade(key, slowed_solution(key, cu, tmp_path), progress=False, sets=("seed",), time_sets=("seed",))
+    assert all(c.ok for c in r.checks), r.failures[:2]
+    assert r.verdict == "fail" and r.causes == {"too slow"}, (r.causes, r.failures[:3])
 
 
 HOST_CHECK = '''
@@ -119,7 +145,7 @@ def test_chapter6_rejects_a_call_that_cannot_be_replayed_from_a_graph(tmp_path):
     host synchronisation cannot be captured, and chapter 6 times both sides as graph replays."""
     (tmp_path / "attention.py").write_text((ROOT / "solutions/06_batching/attention.py").read_text() + HOST_CHECK)
     r = grade("06", tmp_path / "attention.py", progress=False, time_sets=("seed",))
-    assert all(c.get("ok") for c in r.checks), r.failures[:2]
+    assert all(c.ok for c in r.checks), r.failures[:2]
     assert r.verdict == "fail", r.summary
     assert any("could not be replayed from a CUDA graph" in f for f in r.failures), r.failures
 

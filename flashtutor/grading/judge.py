@@ -165,9 +165,9 @@ class Judge:
     def _compile_loaded(self, loaded: list[dict]) -> None:
         """The sources the worker says it loaded with defines: compiled here too (registers to compare)."""
         from ..loaders.nvrtc import CudaModule, compile_cuda, default_arch
-        own = {str(p) for p in self.sub.cuda}
+        own = {Path(p).resolve() for p in self.sub.cuda}
         for m in loaded:
-            if m["path"] in own and m["defines"]:
+            if Path(m["path"]).resolve() in own and m["defines"]:
                 try:
                     cubin = compile_cuda(m["path"], defines=m["defines"], disk_cache=False)
                     for k, u in CudaModule(m["path"], cubin, default_arch()).resources().items():
@@ -177,10 +177,17 @@ class Judge:
                     pass
 
     # ---------------------------------------------------------- the run
+    def lap(self, phase: str) -> None:
+        """Charge the time since the last lap to ``phase`` (the report's ``phases``)."""
+        now = time.time()
+        self.report.phases[phase] = round(self.report.phases.get(phase, 0.0) + now - self._lap_t, 2)
+        self._lap_t = now
+
     def run(self) -> Report:
-        t0 = time.time()
+        t0 = self._lap_t = time.time()
         r = self.report
         stop = not self.read_sources()
+        self.lap("sources")
         if not stop and self.sub.syntax_errors:
             r.set_error(Cause.IMPORT_ERROR, self.sub.syntax_errors[0])
             stop = True
@@ -281,6 +288,7 @@ class Judge:
             self.worker.while_starting = warm_tracer
         try:
             ready = self.worker.attach(self.arena_msg)
+            self.lap("worker")
         except WorkerFailed as e:
             if self.emulate and e.cause == Cause.NOT_RUN:      # g++ cannot build what NVRTC compiled
                 self._compiled_only(e.message)
@@ -315,6 +323,7 @@ class Judge:
             if bar:
                 bar.advance()
         debug(f"{len(r.checks)} checks done, {sum(c.ok for c in r.checks)} ok")
+        self.lap("checks")
         correct = all(c.ok for c in r.checks) and not r.forbidden
         if not timed:
             return
@@ -337,6 +346,7 @@ class Judge:
                 if bar:
                     bar.advance()
         finally:
+            self.lap("timing")
             if phase.bench.abandoned:
                 _NEVER_FREED.append((self.arena, getattr(self, "pool", None), phase.bench))
 

@@ -112,8 +112,10 @@ def judge(trace: Trace, policy: Policy, *, calls: int) -> list[Finding]:
     for fam, names in sorted(libs.items()):
         shown = ", ".join(sorted({n[:90] for n in names})[:3])
         if fam == "other":
+            defined = ", ".join(sorted(policy.own)) or ("no kernel: the grader reads the .cu files in the folder "
+                                                        "of your attention.py")
             out.append(Finding(Cause.NOT_OWN, f"a kernel not compiled from your files ran during your call: {shown} "
-                               f"(your files define: {', '.join(sorted(policy.own)) or 'no kernel'})"))
+                               f"(your files define: {defined})"))
         else:
             out.append(Finding(Cause.LIBRARY_KERNEL, f"a library's {fam} kernel ran during your call: {shown} — only "
                                "kernels compiled from your own files (and memory copies or fills) may run"))

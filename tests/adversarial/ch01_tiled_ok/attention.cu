@@ -1,0 +1,1 @@
+../ch01_race/attention.cu
