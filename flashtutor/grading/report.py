@@ -58,6 +58,9 @@ class Report:
     # on the CPU), "emulated" (CUDA kernels built for the CPU), "compiled only" (nothing ran).
     execution: str = ""
     seconds: float = 0.0
+    # Where the time went, in seconds: "sources" (scan, the judge's compile), "worker" (spawn, import, the
+    # learner's set-up and compile), "checks", "timing" — what makes a grading slow, in its own report.
+    phases: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ filled by the judge
     def set_error(self, cause: Cause, message: str, log: str = "") -> None:
