@@ -18,6 +18,13 @@ def _has_gpu() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     if _has_gpu():
+        # The tests that only read the shared gradings go last, the contention test (which must run alone)
+        # at the very end: the tests that compute in pytest's own process then run while the pool grades.
+        def order(item):
+            if "gradings" not in getattr(item, "fixturenames", ()):
+                return 0
+            return 2 if "another_process" in item.name else 1
+        items.sort(key=order)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (the GPU tier: pytest -m gpu on an H100/H200)")
     for item in items:
@@ -38,6 +45,14 @@ def gradings(tmp_path_factory):
     yield g
     g.shutdown()
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gradings_start_at_once(request):
+    """On a GPU, the shared gradings start with the session when any selected test reads them."""
+    if _has_gpu() and any("gradings" in getattr(i, "fixturenames", ()) for i in request.session.items):
+        request.getfixturevalue("gradings")
+    yield
 
 
 def _gpu_lock(mode: str):

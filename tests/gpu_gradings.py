@@ -58,15 +58,15 @@ class Gradings:
         self.jobs: dict[tuple, Future] = {}
         self.t0 = time.time()
         self.timeline: list[dict] = []      # when each grading started and ended, and its phases
-        # the longest first: timed solutions (their timed shapes queue for the GPU), then the corpus
+        # the longest first: timed solutions (their timed shapes queue for the GPU), the references, the corpus
         for k in TIMED:
             self._submit(("solution", k), dict(chapter=k, solution=True, reference=k == "01"))
+        for k, f in REFERENCES.items():
+            self._submit(("reference", k), dict(chapter=k, path=f, timing=False))
         for case in CASES:
             self._submit(("case", case.name), corpus_kwargs(case, tmp, "cuda"))
         for k in STUBS:
             self._submit(("stub", k), dict(chapter=k, timing=False, sets=("seed", "odd")))
-        for k, f in REFERENCES.items():
-            self._submit(("reference", k), dict(chapter=k, path=f, timing=False))
 
     def _submit(self, key: tuple, kw: dict) -> None:
         def one():

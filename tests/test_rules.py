@@ -97,7 +97,8 @@ def test_chapter2_rejects_a_kernel_not_enough_faster_than_chapter1(tmp_path):
     r = grade("02", tmp_path / "attention.py", progress=False, time_sets=("seed",))
     assert all(c.ok for c in r.checks), r.failures[:2]
     assert r.verdict == "fail", r.summary
-    assert any("faster than k01_naive_three_pass" in f and "< 12× required" in f for f in r.failures), r.failures
+    need = get_chapter("02").speed.min_speedup_vs
+    assert any("faster than k01_naive_three_pass" in f and f"< {need:g}× required" in f for f in r.failures), r.failures
 
 
 SPIN = ("\n    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {   // test only: one thread idles ~1 ms\n"
@@ -127,13 +128,14 @@ def test_a_correct_but_slow_kernel_fails_the_speed_rule(key, cu, tmp_path):
 
 
 HOST_CHECK = '''
+import math
 
 _solution_attention = attention
 
 
 def attention(q, k, v, *, causal=False):
     out = _solution_attention(q, k, v, causal=causal)
-    if not bool(torch.isfinite(out).all()):    # a check on the host: it waits for the GPU at every call
+    if not math.isfinite(float(out[0, 0, 0, 0])):    # one value read on the host: waits for the GPU at every call
         raise RuntimeError("non-finite output")
     return out
 '''

@@ -202,6 +202,7 @@ class TimingResult:
     kernels: list[str] = field(default_factory=list)
     busy_fraction: float | None = None           # traced kernel time / measured window (yours)
     skipped: str = ""                            # why this shape was not timed
+    seconds: float = 0.0                         # wall time the judge spent on this shape (all candidates)
 
     def to_dict(self) -> dict:
         d = asdict(self)

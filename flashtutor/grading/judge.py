@@ -342,7 +342,9 @@ class Judge:
         try:
             for p in timed:
                 debug("timing", p.name)
+                t = time.time()
                 r.timings.append(phase.shape(p))
+                r.timings[-1].seconds = round(time.time() - t, 2)
                 if bar:
                     bar.advance()
         finally:
