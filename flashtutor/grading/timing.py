@@ -335,12 +335,14 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
     seed = lambda: rng.randrange(1 << 62)   # noqa: E731
     host = {name: 300.0 for name in cands}
     errors: list[dict] = []
-    # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time
+    # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time. The gate is as
+    # long as for a timed batch (a few ms, not 50): a warm-up batch whose gate opens early only inflates the
+    # estimate, which picks smaller batches; the timed batches below re-check the gate and retry.
     est = {}
     for name, c in cands.items():
         for i, n in enumerate((1, 1, 3) if sizes is None else (1,)):   # the first call compiles, tunes, plans
-            r = bench.batch(c, problem, n, seeds=[seed() for _ in range(n)], sleep_us=50000.0,
-                            timeout=max(timeout, 600.0))
+            r = bench.batch(c, problem, n, seeds=[seed() for _ in range(n)],
+                            sleep_us=sleep_for(bench, n, host[name], 1.5), timeout=max(timeout, 600.0))
             if r.error:
                 errors.append(r.error)
                 return ShapeRun({}, {}, [], [], errors=errors)
