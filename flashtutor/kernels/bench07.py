@@ -1,0 +1,383 @@
+"""Chapter 7's measurements: the three Hopper steps beside SDPA — read from the results files, or
+measured here on an sm_90 GPU.
+
+    from flashtutor.kernels import bench07
+    runs = bench07.stored()                       # every results/ch07-*, grade07-*, bench07-* file (any machine)
+    rows = bench07.measure(probs, peaks)          # GPU: each step checked, then timed with SDPA in one loop
+    python -m flashtutor.kernels.bench07 OUT_DIR  # the same on a GPU, saved to OUT_DIR/bench07.json
+
+A *row* is one (step, shape): ``us`` and ``sdpa_us`` (median GPU time per call, the step's and SDPA's
+in the same process), ``ratio`` = us / sdpa_us (above 1: slower than SDPA), ``tflops`` (4·B·H·S²·D per
+call, half of it with causal masking). A *run* is one results file: its rows, the GPU, the date and
+the timing protocol, in words — numbers from different runs are only compared through their ratios to
+SDPA, and then said to be so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..chapters import ROOT
+
+STEPS = {   # step → module (its attention(q, k, v, *, causal))
+    "7a": "flashtutor.kernels.k07a_wgmma_tma",
+    "7b": "flashtutor.kernels.k07b_warp_specialized",
+    "7c": "flashtutor.kernels.k07c_pingpong",
+}
+LABELS = {"7a": "7a one warpgroup, TMA ring, wgmma", "7b": "7b warp-specialized (the solution)",
+          "7c": "7c ping-pong + softmax under P·V", "SDPA": "SDPA"}
+PROTOCOLS = {
+    "ch07": ("scripts/ch07_gpu.py: triton.testing.do_bench (median, L2 flushed before each call), the step "
+             "first, then SDPA (cuDNN, pinned) on the same inputs, in one process"),
+    "grade": ("the grader's (`flashtutor grade 07 --solution`): GPU time per call from gated back-to-back "
+              "batches, fresh inputs out of L2, alternating with SDPA (cuDNN, pinned) in the judge's process"),
+    "bench07": ("flashtutor.kernels.bench07.measure: CUDA events, L2 flushed before each call, the steps and "
+                "SDPA (pinned) alternately in one loop, medians"),
+}
+
+
+# ---------------------------------------------------------------- the results files --------------
+def _problem_flops(name: str) -> float:
+    """4·B·H·S²·D (half with causal) from a problem's name, e.g. 'B4 H32 S4096 D128 causal'."""
+    parts = dict((w[0], int(w[1:])) for w in name.split() if w[0] in "BHSD" and w[1:].isdigit())
+    f = 4.0 * parts["B"] * parts["H"] * parts["S"] ** 2 * parts["D"]
+    return f / 2 if name.endswith("causal") else f
+
+
+def _row(step: str, problem: str, us: float, sdpa_us: float) -> dict:
+    return {"step": step, "problem": problem, "us": us, "sdpa_us": sdpa_us, "ratio": us / sdpa_us,
+            "tflops": _problem_flops(problem) / us / 1e6, "sdpa_tflops": _problem_flops(problem) / sdpa_us / 1e6}
+
+
+def _gpu_short(name: str) -> str:
+    return "H200" if "H200" in name else "H100" if "H100" in name else name
+
+
+def _read_ch07(path: Path) -> dict:
+    """scripts/ch07_gpu.py's JSON: per step, records of kind 'time' (ms, sdpa_ms). Where the script also
+    replayed the calls from CUDA graphs (S ≤ 1024: calls of a few µs, where do_bench's time is the host's
+    launch cost as much as the GPU's), the graph-replayed GPU times are the row's, the event times kept
+    beside them (``event_us``)."""
+    d = json.loads(path.read_text())
+    env = d.get("environment", {})
+    rows = []
+    for step, st in d.get("steps", {}).items():
+        for r in st.get("records", []):
+            if r.get("kind") == "time" and "ms" in r:
+                if "graph_us" in r:
+                    row = _row(step, r["problem"], r["graph_us"], r["sdpa_graph_us"])
+                    row.update(basis="graph-replayed", event_us=1e3 * r["ms"], sdpa_event_us=1e3 * r["sdpa_ms"])
+                else:
+                    row = _row(step, r["problem"], 1e3 * r["ms"], 1e3 * r["sdpa_ms"])
+                rows.append(row)
+    return {"gpu": env.get("gpu", "?"), "date": str(env.get("date", "?"))[:10], "protocol": PROTOCOLS["ch07"],
+            "kind": "ch07", "rows": rows}
+
+
+def _read_grade(path: Path) -> dict:
+    """A grade report of chapter 7's solution (step 7b): its timings, learner and SDPA per shape."""
+    d = json.loads(path.read_text())
+    env = d.get("env", {})
+    step = "7b" if "solutions/07_hopper" in str(d.get("path", "")) else "exercise"
+    rows = [_row(step, t["problem"], t["times"]["learner"]["median_us"], t["times"]["sdpa"]["median_us"])
+            for t in d.get("timings", []) if t.get("times", {}).get("learner") and t["times"].get("sdpa")]
+    return {"gpu": env.get("gpu", "?"), "date": str(env.get("date", "?"))[:10], "protocol": PROTOCOLS["grade"],
+            "kind": "grade", "rows": rows}
+
+
+def _read_bench07(path: Path) -> dict:
+    d = json.loads(path.read_text())
+    env = d.get("env", {})
+    rows = [r for r in d.get("rows", []) if "us" in r]
+    return {"gpu": env.get("gpu", "?"), "date": str(env.get("date", "?"))[:10], "protocol": PROTOCOLS["bench07"],
+            "kind": "bench07", "rows": rows, "peaks": d.get("peaks")}
+
+
+def stored(results_dir: Path | None = None) -> list[dict]:
+    """Every chapter-7 results file, oldest name first: {file, gpu, date, protocol, kind, rows}."""
+    results_dir = Path(results_dir or ROOT / "results")
+    readers = (("ch07-*.json", _read_ch07), ("grade07-*.json", _read_grade), ("bench07-*.json", _read_bench07))
+    runs = []
+    for pattern, read in readers:
+        for path in sorted(results_dir.glob(pattern)):
+            run = read(path)
+            run["file"] = f"results/{path.name}"
+            runs.append(run)
+    return runs
+
+
+def describe_run(run: dict) -> str:
+    steps = sorted({r["step"] for r in run["rows"]})
+    return (f"{run['file']}: {run['gpu']}, {run['date']}; steps {', '.join(steps) or 'none'}, "
+            f"{len({r['problem'] for r in run['rows']})} shapes; timed with {run['protocol']}")
+
+
+# ---------------------------------------------------------------- tables -------------------------
+def by_problem(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    out: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        out.setdefault(r["problem"], {})[r["step"]] = r
+    return out
+
+
+def versus_sdpa_table(runs: list[dict]) -> str:
+    """Markdown: one line per (shape, step) of every run: time, TFLOP/s, % of the GPU's datasheet fp16
+    tensor-core peak (the results files hold no measured one, except bench07's), time / SDPA's."""
+    from ..roofline import datasheet_peaks
+    lines = ["| run | shape | step | time | TFLOP/s | % of peak | SDPA | time / SDPA |", "|" + "---|" * 8]
+    for run in runs:
+        tag = f"{_gpu_short(run['gpu'])} {run['date']} ({run['kind']})"
+        pk = (run.get("peaks") or {}).get("tensor_tflops")
+        if pk is None:
+            ds = datasheet_peaks(run["gpu"])
+            pk = ds.tensor_tflops if ds else None
+        for prob, steps in by_problem(run["rows"]).items():
+            for step in sorted(steps):
+                r = steps[step]
+                pct = f"{100 * r['tflops'] / pk:.0f}%" if pk else "—"
+                basis = " (graph)" if r.get("basis") == "graph-replayed" else ""
+                lines.append(f"| {tag} | {prob} | {step} | {_t(r['us'])}{basis} | {r['tflops']:.0f} | {pct} | "
+                             f"{_t(r['sdpa_us'])} | {r['ratio']:.2f}× |")
+    return "\n".join(lines)
+
+
+def gains(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Within one run: per shape, what each step bought (time before / time after, > 1 = faster)."""
+    out = {}
+    for prob, s in by_problem(rows).items():
+        g = {}
+        for a, b in (("7a", "7b"), ("7b", "7c"), ("7a", "7c")):
+            if a in s and b in s:
+                g[f"{a}→{b}"] = s[a]["us"] / s[b]["us"]
+        for k in ("7a", "7b", "7c"):
+            if k in s:
+                g[f"{k} / SDPA"] = s[k]["ratio"]
+        out[prob] = g
+    return out
+
+
+def _t(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+
+
+def _span(xs: list[float], fmt: str = "{:.2f}×") -> str:
+    if not xs:
+        return "—"
+    lo, hi = min(xs), max(xs)
+    return fmt.format(lo) if abs(hi - lo) < 0.005 else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+# ---------------------------------------------------------------- the seeds' predictions ---------
+SEED = "004_d44033da51a389ef.txt"
+CLAIMS = (   # (the seed's prediction, in figures, as a speed-up; the step or measurement that tests it)
+    ("warp specialization: 55 → 40 µs, 1.38× (its phase C.2)", 1.38, "7a→7b"),
+    ("XOR swizzling: 1.2× (bank conflicts gone)", 1.2, "swizzle"),
+    ("double buffering: 1.1× (load latency hidden)", 1.1, "double buffer"),
+    ("the final kernel 2× faster than SDPA (20 µs against 40 µs)", 2.0, "vs SDPA"),
+)
+
+
+def _ch03_gains(results_dir: Path) -> tuple[str, dict[str, list[float]]]:
+    """Chapter 3's measured gains of double buffering (a → b) and padding (b → c), per shape."""
+    files = sorted(results_dir.glob("bench03-*.json"))
+    if not files:
+        return "", {}
+    d = json.loads(files[-1].read_text())
+    t = {}
+    for r in d.get("rows", []):
+        if "median_us" in r:
+            t.setdefault(r["problem"], {})[r["step"]] = r["median_us"]
+    out = {"double buffer": [], "swizzle": []}
+    for s in t.values():
+        if "a wmma" in s and "b + cp.async" in s:
+            out["double buffer"].append(s["a wmma"] / s["b + cp.async"])
+        if "b + cp.async" in s and "c + padding" in s:
+            out["swizzle"].append(s["b + cp.async"] / s["c + padding"])
+    env = d.get("env", {})
+    return f"results/{files[-1].name} ({_gpu_short(env.get('gpu', '?'))}, {str(env.get('date', '?'))[:10]})", out
+
+
+def claims_table(runs: list[dict], live: list[dict] | None = None, results_dir: Path | None = None) -> str:
+    """Markdown: each prediction of the seed against what the course measured, with where it comes from.
+    ``live``: rows measured in this session (one process, so step-to-step gains are direct)."""
+    results_dir = Path(results_dir or ROOT / "results")
+    ch03_src, ch03 = _ch03_gains(results_dir)
+    lines = [f"| the seed ({SEED}) predicted | gain | what the course measured | from |", "|---|---|---|---|"]
+
+    def ratios(step: str):   # (time / SDPA per shape, the runs that gave them)
+        xs, srcs = [], []
+        for run in runs:
+            rs = [r["ratio"] for r in run["rows"] if r["step"] == step]
+            if rs:
+                xs += rs
+                srcs.append(f"{run['file']} ({_gpu_short(run['gpu'])}, {run['date']})")
+        return xs, srcs
+
+    for claim, gain, test in CLAIMS:
+        if test == "7a→7b":
+            measured, src = _a_to_b(runs, live)
+        elif test in ("swizzle", "double buffer"):
+            step = {"swizzle": "the 128-byte swizzle", "double buffer": "the 2-slot ring"}[test]
+            xs = ch03.get(test, [])
+            name = {"swizzle": "padding (b → c)", "double buffer": "cp.async double buffering (a → b)"}[test]
+            measured = (f"not separable in chapter 7 ({step} is part of step 7a); chapter 3's {name}: "
+                        f"{_span(xs)} over {len(xs)} shapes" if xs else f"not separable in chapter 7 ({step} is part of 7a)")
+            src = ch03_src or "—"
+        else:
+            parts, srcs = [], []
+            for step in ("7b", "7c"):
+                if live and any(r["step"] == step for r in live):
+                    xs = [r["ratio"] for r in live if r["step"] == step]
+                    s = ["measured above (this session)"]
+                else:
+                    xs, s = ratios(step)
+                if xs:
+                    parts.append(f"{step}: {_span(xs)} SDPA's time (2× faster would be 0.50×)")
+                    srcs += s
+            measured, src = "; ".join(parts) or "—", "; ".join(dict.fromkeys(srcs)) or "—"
+        lines.append(f"| {claim} | {gain:.2f}× | {measured} | {src} |")
+    return "\n".join(lines)
+
+
+def _a_to_b(runs: list[dict], live: list[dict] | None) -> tuple[str, str]:
+    """7a → 7b: direct from one run when one has both steps, else through each step's ratio to SDPA in
+    two runs (indicative only: GPU and protocol may differ)."""
+    if live:
+        xs = [g["7a→7b"] for g in gains(live).values() if "7a→7b" in g]
+        if xs:
+            return f"{_span(xs)} (7a's time / 7b's, one process)", "measured above (this session)"
+    for run in runs:
+        xs = [g["7a→7b"] for g in gains(run["rows"]).values() if "7a→7b" in g]
+        if xs:
+            return f"{_span(xs)} (7a's time / 7b's, one run)", f"{run['file']} ({_gpu_short(run['gpu'])}, {run['date']})"
+    a = {(r["problem"]): (r["ratio"], run) for run in runs for r in run["rows"] if r["step"] == "7a"}
+    b = {(r["problem"]): (r["ratio"], run) for run in runs for r in run["rows"] if r["step"] == "7b"}
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        return "no run has both 7a and 7b", "—"
+    xs = [a[p][0] / b[p][0] for p in shared]
+    ra, rb = a[shared[0]][1], b[shared[0]][1]
+    return (f"{_span(xs)} on {len(shared)} shapes, as (7a / SDPA) ÷ (7b / SDPA) across two runs — indicative "
+            f"only: {_gpu_short(ra['gpu'])} with {ra['kind']} timing against {_gpu_short(rb['gpu'])} with "
+            f"{rb['kind']} timing"), f"{ra['file']}; {rb['file']}"
+
+
+# ---------------------------------------------------------------- measuring (GPU) ----------------
+def problems(*, large: bool = True):
+    """The seed shape and (with ``large``) the grader's large set, causal and not."""
+    from ..bench import problems as _problems
+    sets = ("seed", "large") if large else ("seed",)
+    return _problems(*sets, causal=(False, True))
+
+
+def _inputs(p, seed: int = 0):
+    """Random q, k, v made on the GPU (the CPU generator of Problem.inputs takes seconds at S = 8192)."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(p.shape, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    return q, k, v
+
+
+def measure(probs, peaks, *, steps: dict | None = None, reps: int = 30, max_seconds: float = 8.0,
+            graph_max_s: int = 1024, log=print) -> list[dict]:
+    """Check every step on every problem against the fp32 reference, then time the correct ones and
+    SDPA (pinned) alternately with CUDA events, L2 flushed before each call. Problems with S up to
+    ``graph_max_s`` are also replayed from CUDA graphs (launch cost removed). One row per (step, shape);
+    a wrong or failing step gets an ``error`` instead of times."""
+    import importlib
+
+    import torch
+
+    from ..check import check_output
+    from ..problems import reference, sdpa
+    from ..timing import compare, graph_times, pinned_sdpa
+
+    steps = steps or STEPS
+    fns = {k: importlib.import_module(m).attention for k, m in steps.items()}
+    rows = []
+    for p in probs:
+        q, k, v = _inputs(p)
+        ref, sd = reference(q, k, v, causal=p.causal), sdpa(q, k, v, causal=p.causal)
+        ok = {}
+        for name, fn in fns.items():
+            try:
+                out = fn(q, k, v, causal=p.causal)
+                torch.cuda.synchronize()
+                res = check_output(p, q, k, v, out, ref=ref, sdpa_out=sd)
+                if res.ok:
+                    ok[name] = (lambda f=fn, q=q, k=k, v=v, c=p.causal: f(q, k, v, causal=c))
+                else:
+                    rows.append({"step": name, "problem": p.name, "error": f"wrong: {res.message[:160]}"})
+            except Exception as e:   # noqa: BLE001 — a step that fails here is reported, not fatal
+                rows.append({"step": name, "problem": p.name, "error": f"{type(e).__name__}: {str(e)[:160]}"})
+        del ref, sd
+        backend, sdpa_fn = pinned_sdpa(q, k, v, causal=p.causal)
+        stats = compare({**ok, "SDPA": sdpa_fn}, reps=reps, max_seconds=max_seconds)
+        floor = peaks.floor_us(p)["floor_us"]
+        graph = {}
+        if p.S <= graph_max_s:
+            with sdpa_fn.pinned():
+                graph = {n: graph_times(f).median_us for n, f in {**ok, "SDPA": sdpa_fn}.items()}
+        for name in ok:
+            r = _row(name, p.name, stats[name].median_us, stats["SDPA"].median_us)
+            r.update(spread=stats[name].spread, sdpa_backend=backend, pct_peak=100 * r["tflops"] / peaks.tensor_tflops,
+                     pct_floor=100 * floor / stats[name].median_us)
+            if graph:
+                r.update(graph_us=graph[name], sdpa_graph_us=graph["SDPA"], graph_ratio=graph[name] / graph["SDPA"])
+            rows.append(r)
+        log(f"  {p.name}: " + ", ".join(f"{n} {_t(stats[n].median_us)}" for n in stats))
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
+def table(rows: list[dict], peaks) -> str:
+    """Markdown of :func:`measure`'s rows: time, TFLOP/s, % of the measured matmul peak, time / SDPA."""
+    head = (f"| shape | step | time | TFLOP/s | % of matmul peak ({peaks.tensor_tflops:.0f}) | SDPA | "
+            "time / SDPA | graph-replayed / SDPA |")
+    lines = [head, "|" + "---|" * 8]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['problem']} | {r['step']} | {r['error']} | | | | | |")
+            continue
+        g = f"{r['graph_ratio']:.2f}×" if "graph_ratio" in r else "—"
+        lines.append(f"| {r['problem']} | {r['step']} | {_t(r['us'])} | {r['tflops']:.0f} | {r['pct_peak']:.0f}% | "
+                     f"{_t(r['sdpa_us'])} | {r['ratio']:.2f}× | {g} |")
+    return "\n".join(lines)
+
+
+def gains_table(rows: list[dict]) -> str:
+    """Markdown: per shape, each step's speed-up over the one before (one process) and the last one vs SDPA."""
+    cols = ("7a→7b", "7b→7c", "7a→7c", "7c / SDPA")
+    lines = ["| shape | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for prob, g in gains(rows).items():
+        lines.append(f"| {prob} | " + " | ".join(f"{g[c]:.2f}×" if c in g else "—" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Chapter 7's steps against SDPA on an sm_90 GPU")
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--seed-only", action="store_true", help="only the seed shape (a quick run)")
+    a = ap.parse_args(argv)
+    import torch
+
+    from ..bench import save
+    from ..roofline import measure_peaks
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("chapter 7's kernels need an sm_90 GPU (H100/H200)")
+        return 3
+    peaks = measure_peaks()
+    rows = measure(problems(large=not a.seed_only), peaks)
+    doc = save(rows, a.out_dir / "bench07.json", peaks={"name": peaks.name, "tensor_tflops": peaks.tensor_tflops,
+                                                        "hbm_tbs": peaks.hbm_tbs, "source": peaks.source})
+    print(table(rows, peaks))
+    print(gains_table(rows))
+    print(f"saved {a.out_dir / 'bench07.json'} ({doc['env'].get('gpu')}, {doc['env'].get('date')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
