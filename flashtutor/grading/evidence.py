@@ -104,7 +104,7 @@ class Cause(str, Enum):
 
 CUDA_FATAL = (("illegal memory access", Cause.ILLEGAL_ADDRESS),
               ("CUDA_ERROR_ILLEGAL_ADDRESS", Cause.ILLEGAL_ADDRESS),
-              ("device-side assert", Cause.DEVICE_ASSERT),
+              ("device-side assert triggered", Cause.DEVICE_ASSERT),   # not torch's hint "…device-side assertions"
               ("CUDA_ERROR_ASSERT", Cause.DEVICE_ASSERT),
               ("misaligned address", Cause.MISALIGNED),
               ("unspecified launch failure", Cause.LAUNCH_FAILURE),

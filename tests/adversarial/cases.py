@@ -2,7 +2,8 @@
 
 A case is a file here (cheats/, torch/, ch01_race/, ch01_decoy/), a one-line mutation of the chapter-1
 solution (ch01_mutations.py), or a submission written at test time (the helper-module control). ``cause``
-is the failure cause the report must name; ``says`` a phrase its messages must contain. ``gpu`` cases
+is the failure cause the report must name; ``says`` a phrase its messages must contain (either may list
+alternatives separated by "|"). ``gpu`` cases
 need a CUDA GPU; the others also run on a CPU (plain PyTorch, or Triton's interpreter). ``attack`` names
 the class of the trusted-verdicts issue a case stands for:
 
@@ -77,7 +78,10 @@ MAKERS = {"helper_control": write_helper_control}
 CASES = [
     # --- CUDA kernels (chapter 1): wrong answers and crashes -------------------------------------
     Case("compile error", "compile error", "attention.cu:", False, mutation="compile_error"),
-    Case("out-of-bounds write", "illegal memory access", "illegal memory access", True, mutation="oob_write"),
+    # Where a far out-of-bounds write lands depends on what else the GPU holds (it may hit another mapping of the
+    # arena first): the driver reports an illegal address, a misaligned one or a failed launch — each a crash.
+    Case("out-of-bounds write", "illegal memory access|misaligned address|kernel crashed (unspecified launch failure)",
+         "illegal memory access|misaligned address|unspecified launch failure", True, mutation="oob_write"),
     Case("unwritten tail", "tail", "never written", True, mutation="unwritten_tail"),
     Case("NaN without max subtraction", "nan", "max", True, mutation="nan_no_max"),
     Case("wrong scale", "scale", "1/sqrt(D)", True, mutation="wrong_scale"),
@@ -154,5 +158,6 @@ def found(report, case: Case) -> tuple[bool, str]:
     if case.control:
         return report.verdict == "pass", said
     text = " ".join([report.summary] + report.failures)
-    ok = report.verdict == "fail" and case.cause in report.causes and case.says in text
+    ok = (report.verdict == "fail" and any(c in report.causes for c in case.cause.split("|"))
+          and any(s in text for s in case.says.split("|")))
     return ok, said
