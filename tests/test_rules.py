@@ -117,11 +117,11 @@ def slowed_solution(key: str, cu: str, tmp_path):
     return tmp_path / "attention.py"
 
 
-@pytest.mark.parametrize("key, cu", [("03", "attention.cu"), ("05", "softmax.cu")])
+@pytest.mark.parametrize("key, cu", [("03", "attention.cu"), ("05", "softmax.cu"), ("07", "attention.cu")])
 @pytest.mark.gpu
 def test_a_correct_but_slow_kernel_fails_the_speed_rule(key, cu, tmp_path):
-    """Chapters 3 and 5 bound the time per call against SDPA's: the solution with a 1-ms idle thread passes
-    every correctness case and fails on speed alone."""
+    """Chapters 3, 5 and 7 bound the time per call against SDPA's: the solution with a 1-ms idle thread
+    passes every correctness case and fails on speed alone."""
     r = grade(key, slowed_solution(key, cu, tmp_path), progress=False, sets=("seed",), time_sets=("seed",))
     assert all(c.ok for c in r.checks), r.failures[:2]
     assert r.verdict == "fail" and r.causes == {"too slow"}, (r.causes, r.failures[:3])
