@@ -11,6 +11,7 @@ the ones the chapter's table uses (H100 50 MiB, H200 60 MiB).
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 import style as st
 
@@ -95,6 +96,8 @@ def bytes_figure() -> Figure:
             va="top", ha="right")
     bx.set_xscale("log", base=2)
     bx.set_yscale("log")
+    bx.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}".replace(",", " ")))   # no 10ⁿ: small
+    bx.yaxis.set_minor_formatter(NullFormatter())
     bx.set_xticks(xs)
     bx.set_xticklabels([f"{S // 1024}K" if S >= 1024 else str(S) for S in xs], fontsize=st.SMALL)
     bx.tick_params(labelsize=st.SMALL)

@@ -1,26 +1,52 @@
 """Chapter 6 diagrams: a host/GPU timeline of direct launches against graph replays, and the tile loop
 that lets a program walk several tiles.
 
-The timeline is drawn to scale from times chapter 6's notebook stored (an NVIDIA H200, 2026-11-21, at
-B32 H16 S128 D64): the host's time to issue one call (the "host issue" column of the graph section:
-52.6 µs for k06_multihead.attention launched directly, 10.0 µs for the solution's graph replay) and
-the GPU's time per call with a warm L2, as in a loop of back-to-back calls (10.9 µs multihead, 11.0 µs
-solution, graph-replayed). tests/test_diagrams.py checks that the notebook still prints these numbers.
-The tile loop is the notebook's: `for tile in range(pid, n_tiles, P)`, and a tile number t is
-(b·h, key chunk, query block) = (t // n_m // n_split, t // n_m % n_split, t % n_m).
+The timeline is drawn to scale from the times chapter 6's notebook stores for B32 H16 S128 D64, read
+from its outputs each time the figure is drawn (so a re-executed notebook redraws it): the host's time
+to issue one call (the "host issue" column of the graph section: k06_multihead.attention launched
+directly, and the solution's graph replay), the GPU's time per call with a warm L2, as in a loop of
+back-to-back calls (the per-call lines: multihead, solution), the loops' measured rate ("host done"),
+and the GPU and date of the run. The tile loop is the notebook's: `for tile in range(pid, n_tiles, P)`,
+and tile t is (b·h, key chunk, query block) = (t // n_m // n_split, t // n_m % n_split, t % n_m).
 """
 from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
 
 from matplotlib.figure import Figure
 
 import style as st
 
+NOTEBOOK = Path(__file__).resolve().parents[2] / "chapters" / "06_batching" / "batching.ipynb"
 SHAPE = "B32 H16 S128 D64"
-GPU_NAME, RUN_DATE = "H200", "2026-11-21"
-HOST_DIRECT_US, HOST_GRAPH_US = 52.6, 10.0         # host issue per call
-GPU_DIRECT_US, GPU_GRAPH_US = 10.9, 11.0           # GPU per call, warm L2 (multihead, solution)
-DONE_DIRECT_US, DONE_GRAPH_US = 52.6, 11.5         # measured loop rate ("host done")
 WINDOW_US = 170.0
+_NUM = r"([0-9]+(?:\.[0-9]+)?)"
+
+
+def stored_times(notebook: Path = NOTEBOOK) -> dict:
+    """The numbers the timeline needs, from the notebook's stored outputs (ValueError if one is missing)."""
+    cells = json.loads(notebook.read_text())["cells"]
+    text = "\n".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
+    patterns = {
+        "host_direct": rf"^k06 kernel, direct launch\s+{_NUM}\s+{_NUM}",
+        "host_graph": rf"^solution \(graph replay\)\s+{_NUM}\s+{_NUM}",
+        "gpu_direct": rf"^{SHAPE}\s+multihead\s+events\s+{_NUM} µs\s+graph\s+{_NUM} µs\s+warm\s+{_NUM} µs",
+        "gpu_graph": rf"^{SHAPE}\s+solution\s+events\s+{_NUM} µs\s+graph\s+{_NUM} µs\s+warm\s+{_NUM} µs",
+        "run": r"NVIDIA ([A-Z][0-9]+)[^·\n]*·[^\n]*?([0-9]{4}-[0-9]{2}-[0-9]{2}) [0-9:]+ UTC",
+    }
+    found = {}
+    for key, pat in patterns.items():
+        m = re.search(pat, text, re.MULTILINE)
+        if m is None:
+            raise ValueError(f"{notebook.name} stores no output matching {pat!r}: chapter 6's timeline "
+                             "cannot be drawn (run the notebook on a GPU, or update book/diagrams/ch06.py)")
+        found[key] = m.groups()
+    return {"host_direct_us": float(found["host_direct"][0]), "done_direct_us": float(found["host_direct"][1]),
+            "host_graph_us": float(found["host_graph"][0]), "done_graph_us": float(found["host_graph"][1]),
+            "gpu_direct_us": float(found["gpu_direct"][2]), "gpu_graph_us": float(found["gpu_graph"][2]),
+            "gpu": found["run"][0], "date": found["run"][1]}
 
 
 def schedule(host_us: float, gpu_us: float, window: float = WINDOW_US):
@@ -56,12 +82,13 @@ def _lane(ax, y, spans, color, label_fmt, window, idle=False):
 
 
 def timeline() -> Figure:
+    t = stored_times()
     fig = Figure(figsize=(7.5, 4.2))
     rows = [
-        (f"direct launch: the host spends {HOST_DIRECT_US} µs per call, the GPU {GPU_DIRECT_US} µs",
-         HOST_DIRECT_US, GPU_DIRECT_US),
-        (f"graph replay: the host spends {HOST_GRAPH_US} µs per call, the GPU {GPU_GRAPH_US} µs",
-         HOST_GRAPH_US, GPU_GRAPH_US),
+        (f"direct launch: the host spends {t['host_direct_us']} µs per call, the GPU {t['gpu_direct_us']} µs",
+         t["host_direct_us"], t["gpu_direct_us"]),
+        (f"graph replay: the host spends {t['host_graph_us']} µs per call, the GPU {t['gpu_graph_us']} µs",
+         t["host_graph_us"], t["gpu_graph_us"]),
     ]
     axes = [fig.add_axes((0.09, 0.7, 0.89, 0.22)), fig.add_axes((0.09, 0.32, 0.89, 0.22))]
     for ax, (title, h_us, g_us) in zip(axes, rows):
@@ -77,10 +104,10 @@ def timeline() -> Figure:
         n = finished(h_us, g_us)
         ax.set_title(f"{title}: {n} calls done in {WINDOW_US:.0f} µs", fontsize=st.NORMAL, loc="left")
     axes[1].set_xlabel("µs", fontsize=st.SMALL)
-    fig.text(0.02, 0.02, f"{SHAPE} on an {GPU_NAME} (chapter 6's stored run, {RUN_DATE}), drawn to scale. A kernel\n"
+    fig.text(0.02, 0.02, f"{SHAPE} on an {t['gpu']} (chapter 6's stored run, {t['date']}), drawn to scale. A kernel\n"
                          "starts once its call is issued and the previous kernel is done; hatched: the GPU idles. The\n"
-                         f"loops measured {DONE_DIRECT_US} and {DONE_GRAPH_US} µs per call (\"host done\"): with the "
-                         "graph, the GPU sets the pace.",
+                         f"loops measured {t['done_direct_us']} and {t['done_graph_us']} µs per call (\"host done\"): "
+                         "with the graph, the GPU sets the pace.",
              fontsize=st.SMALL, va="bottom", linespacing=1.3)
     return fig
 
