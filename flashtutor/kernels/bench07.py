@@ -126,7 +126,8 @@ def versus_sdpa_table(runs: list[dict]) -> str:
     """Markdown: one line per (shape, step) of every run: time, TFLOP/s, % of the GPU's datasheet fp16
     tensor-core peak (the results files hold no measured one, except bench07's), time / SDPA's."""
     from ..roofline import datasheet_peaks
-    lines = ["| run | shape | step | time | TFLOP/s | % of peak | SDPA | time / SDPA |", "|" + "---|" * 8]
+    lines = ["| run | shape | step | time | TFLOP/s | % of peak | SDPA | SDPA's % of peak | time / SDPA |",
+             "|" + "---|" * 9]
     for run in runs:
         tag = f"{_gpu_short(run['gpu'])} {run['date']} ({run['kind']})"
         pk = (run.get("peaks") or {}).get("tensor_tflops")
@@ -137,9 +138,10 @@ def versus_sdpa_table(runs: list[dict]) -> str:
             for step in sorted(steps):
                 r = steps[step]
                 pct = f"{100 * r['tflops'] / pk:.0f}%" if pk else "—"
+                sd_pct = f"{100 * r['sdpa_tflops'] / pk:.0f}%" if pk else "—"
                 basis = " (graph)" if r.get("basis") == "graph-replayed" else ""
                 lines.append(f"| {tag} | {prob} | {step} | {_t(r['us'])}{basis} | {r['tflops']:.0f} | {pct} | "
-                             f"{_t(r['sdpa_us'])} | {r['ratio']:.2f}× |")
+                             f"{_t(r['sdpa_us'])} | {sd_pct} | {r['ratio']:.2f}× |")
     return "\n".join(lines)
 
 
@@ -267,6 +269,27 @@ def _a_to_b(runs: list[dict], live: list[dict] | None) -> tuple[str, str]:
     same = "the same GPU" if ra["gpu"] == rb["gpu"] else f"{_gpu_short(ra['gpu'])} against {_gpu_short(rb['gpu'])}"
     return (f"{_span(xs)} on {len(shared)} shapes, as (7a / SDPA) ÷ (7b / SDPA) from two runs — indicative only: "
             f"{same}, {ra['kind']} timing against {rb['kind']} timing"), f"{ra['file']}; {rb['file']}"
+
+
+def faster_than_sdpa_needs(runs: list[dict], factor: float = 2.0, min_s: int = 4096) -> list[str]:
+    """Per run: the rate a kernel ``factor`` times faster than SDPA would need on the long sequences
+    (S ≥ ``min_s``), as a share of the GPU's peak (measured where the run has one, else the datasheet's)."""
+    from ..roofline import datasheet_peaks
+    out = []
+    for run in runs:
+        pk = (run.get("peaks") or {}).get("tensor_tflops")
+        src = "measured"
+        if pk is None:
+            ds = datasheet_peaks(run["gpu"])
+            pk, src = (ds.tensor_tflops if ds else None), "datasheet"
+        sd = {r["problem"]: r["sdpa_tflops"] for r in run["rows"] if _problem_S(r["problem"]) >= min_s}
+        if not sd or not pk:
+            continue
+        need = [factor * t / pk for t in sd.values()]
+        out.append(f"{run['file']} ({_gpu_short(run['gpu'])}): SDPA ran at {_span(list(sd.values()), '{:.0f}')} TFLOP/s "
+                   f"on {len(sd)} long shapes; {factor:g}× that is {_span([100 * x for x in need], '{:.0f}%')} of the "
+                   f"{src} peak ({pk:.0f} TFLOP/s)")
+    return out
 
 
 # ---------------------------------------------------------------- the chapter's targets ----------
