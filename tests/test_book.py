@@ -100,7 +100,7 @@ BOOK_NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "chapt
 @pytest.mark.parametrize("notebook", BOOK_NOTEBOOKS, ids=lambda p: p.name)
 def test_book_notebook_runs(notebook, tmp_path):
     """Each notebook under book/ runs top to bottom here (GPU cells print a note on a CPU), and
-    the cells marked `# NBVAL_CHECK_OUTPUT` reproduce their stored output (nbval's lax mode)."""
+    the cells tagged `nbval-check-output` reproduce their stored output (nbval's lax mode)."""
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q",
          "--rootdir", str(tmp_path), str(notebook)],
