@@ -284,7 +284,7 @@ def section_ladder(res: Results) -> str:
            "back to back behind a gate, so the host's cost of issuing them is paid before the clock starts; "
            "*graph*, both sides replayed from CUDA graphs (chapter 6, about small problems), so the GPU-side gaps "
            "between launches are gone too. Beside the GPU time, the **host** column is what issuing one call cost "
-           "the host, measured on separate batches: a loop that waits for each result pays the larger of the two. "
+           "the host, measured on separate batches: a stream of calls goes at the pace of the larger of the two. "
            "The **speed rule** is today's, from `flashtutor/chapters.py`, applied to the report's timings; the "
            "sources under each table give the verdict each report reached under the rule it was graded with.", ""]
     for gpu, gpu_name in GPUS:
@@ -377,12 +377,22 @@ def event_vs_gpu_rows(res: Results) -> list[dict]:
     return rows
 
 
+def _flush_mb(res: Results, names: list[str]) -> str:
+    """The size of the L2 flush, as the older grade reports' method text states it."""
+    for name in names:
+        for line in (res.load(name) or {}).get("method", []):
+            m = re.search(r"(\d+) MB L2 flush", line)
+            if m:
+                return f"{m.group(1)} MB"
+    return "large"
+
+
 def section_events(res: Results) -> str:
     rows = event_vs_gpu_rows(res)
     old_files = sorted({r["old_file"] for r in rows})
     out = ["## Event-timed vs GPU time per call", "",
-           "Before the grader queued calls back to back, the course timed each call on its own: a 256 MB write to "
-           "flush the L2, then CUDA events around one call, the median of many such calls. An event pair around a "
+           "Before the grader queued calls back to back, the course timed each call on its own: a "
+           f"{_flush_mb(res, old_files)} write to flush the L2, then CUDA events around one call, the median of many such calls. An event pair around a "
            "single call times whatever the GPU waits for between the two events, so when the host issues the call "
            "more slowly than the flush runs, its launch latency lands inside the measurement. The older files "
            "(" + ", ".join(src(n) for n in old_files) + ", all on an NVIDIA H200) are set here beside the grader's "
@@ -840,7 +850,7 @@ def section_claims(res: Results) -> str:
            f"The seed reports are five status reports of an earlier attempt at beating SDPA (`{SEEDS_DIR}/`, beside "
            "the course's folder). Each claim below is quoted as the seed states it; the measurement is the "
            "course's, computed from the results files named beside it. A claim **holds** when the measurement is "
-           "within 5% of the claimed figure or better than it, **does not hold** otherwise, and is **not measured "
+           f"within {100 * (TOL - 1):.0f}% of the claimed figure or better than it, **does not hold** otherwise, and is **not measured "
            "yet** when no file in `results/` tests it. Seed `004`'s own figures come from an L4 GPU (its headroom "
            "section says so), so its gains are set against gains measured on Hopper. The last column links the chapter that discusses the claim.", "",
            "| seed | the claim | what the course measured (and from which files) | verdict | discussed in |",
