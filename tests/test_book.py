@@ -119,3 +119,35 @@ def test_stored_outputs_show_no_machine_paths_into_the_course():
         for i, cell in enumerate(cells):
             found = absolute.findall(json.dumps(cell.get("outputs", [])))
             assert not found, f"{nb.name} cell {i}: {found[:2]}"
+
+
+def reader_noise(outputs: list) -> list[str]:
+    """What a reader would trip over in a cell's stored outputs: warnings, tracebacks, paths into an installed
+    Python, markdown tables printed as plain text (they render as a paragraph of pipes)."""
+    import re
+    found = []
+    for out in outputs:
+        text = out.get("text", "")
+        text = text if isinstance(text, str) else "".join(text)
+        if out.get("output_type") == "error" or "Traceback (most recent call last)" in text:
+            found.append("traceback")
+        if re.search(r"\w*Warning: ", text):
+            found.append("warning")
+        if re.search(r"/(site|dist)-packages/", text):
+            found.append("installed-package path")
+        if out.get("output_type") == "stream" and re.search(r"^\|(\s*-+\s*\|)+\s*$", text, re.M):
+            found.append("markdown table printed as text")
+    return found
+
+
+def test_stored_outputs_carry_no_reader_noise():
+    import json
+    bad = {"output_type": "stream", "name": "stdout", "text": "| a | b |\n|---|---|\n| 1 | 2 |\n"}
+    warn = {"output_type": "stream", "name": "stderr",
+            "text": "/x/site-packages/torch/profiler.py:224: UserWarning: Warning: Profiler clears events\n"}
+    assert reader_noise([bad]) == ["markdown table printed as text"]          # the check can fail
+    assert set(reader_noise([warn])) == {"warning", "installed-package path"}
+    for nb in BOOK_NOTEBOOKS:
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            found = reader_noise(cell.get("outputs", []))
+            assert not found, f"{nb.name} cell {i}: {found}"

@@ -303,7 +303,7 @@ def warm_tracer() -> None:
 def _profile():
     import warnings
     from torch.profiler import ProfilerActivity, profile
-    warnings.filterwarnings("ignore", message="Profiler clears events")
+    warnings.filterwarnings("ignore", message=r".*Profiler clears events")
     return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])   # as the worker's tracer
 
 

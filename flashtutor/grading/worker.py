@@ -83,7 +83,7 @@ class Tracer:
 
     def __init__(self, cuda: bool, emulated: bool = False, registers: bool = True):
         import warnings
-        warnings.filterwarnings("ignore", message="Profiler clears events")   # torch's note on cycles: not ours
+        warnings.filterwarnings("ignore", message=r".*Profiler clears events")   # torch's note on cycles: not ours
         self.cuda, self.emulated = cuda, emulated
         self.registers = registers        # the judge compares the registers of CUDA kernels (chapters of .cu files)
         self.prof = None
