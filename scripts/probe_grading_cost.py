@@ -2,6 +2,8 @@
 their phases and per-shape seconds. Writes JSON to the path given (default: stdout).
 
     python scripts/probe_grading_cost.py out.json 02 04
+    python scripts/probe_grading_cost.py out.json 02 --cprofile DIR    # also: where the judge's and the worker's
+                                                                       # time goes (cProfile; text summaries in DIR)
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def tracer_cost(calls: int = 16, reps: int = 10) -> dict:
         f(q, k, v)
     torch.cuda.synchronize()
     out = {}
-    for mode in ("none", "session", "session+export"):
+    for mode in ("none", "session", "session+export", "cuda-only session"):
         ts = []
         for _ in range(reps):
             t = time.perf_counter()
@@ -31,7 +33,9 @@ def tracer_cost(calls: int = 16, reps: int = 10) -> dict:
                     f(q, k, v)
                 torch.cuda.synchronize()
             else:
-                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+                acts = [ProfilerActivity.CUDA] if mode.startswith("cuda-only") else [ProfilerActivity.CPU,
+                                                                                       ProfilerActivity.CUDA]
+                with profile(activities=acts) as p:
                     for _ in range(calls):
                         f(q, k, v)
                     torch.cuda.synchronize()
@@ -45,19 +49,78 @@ def tracer_cost(calls: int = 16, reps: int = 10) -> dict:
     return out
 
 
+STARTUP = r"""
+import json, sys, time
+t = {"start": time.perf_counter()}
+import torch
+t["import torch"] = time.perf_counter()
+torch.cuda.init(); torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t["CUDA context"] = time.perf_counter()
+from torch.profiler import ProfilerActivity, profile
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+    torch.zeros(1, device="cuda").add_(1); torch.cuda.synchronize()
+t["first profiler session"] = time.perf_counter()
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+    torch.zeros(1, device="cuda").add_(1); torch.cuda.synchronize()
+t["second profiler session"] = time.perf_counter()
+keys = list(t)
+print(json.dumps({k: round(t[k] - t[p], 3) for p, k in zip(keys, keys[1:])}))
+"""
+
+
+def startup_cost() -> dict:
+    """Seconds a fresh process spends before it can grade (a worker's and a judge's start), step by step,
+    with the interpreter's own start measured from outside."""
+    import subprocess
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", STARTUP], capture_output=True, text=True, timeout=300)
+    total = time.perf_counter() - t
+    steps = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {"error": out.stderr[-400:]}
+    return {"steps_s": steps, "process_total_s": round(total, 3)}
+
+
+def summarise(prof_dir: str) -> None:
+    """Each .prof in ``prof_dir`` as text: the 40 costliest functions by cumulative and by own time."""
+    import io
+    import pstats
+    from pathlib import Path
+    for f in sorted(Path(prof_dir).glob("*.prof")):
+        buf = io.StringIO()
+        st = pstats.Stats(str(f), stream=buf).strip_dirs()
+        st.sort_stats("cumulative").print_stats(40)
+        st.sort_stats("tottime").print_stats(40)
+        f.with_suffix(".txt").write_text(buf.getvalue())
+
+
 def main() -> None:
-    out_path = sys.argv[1] if len(sys.argv) > 1 else None
-    keys = sys.argv[2:] or ["02", "04"]
+    import os
+    args = sys.argv[1:]
+    prof_dir = None
+    if "--cprofile" in args:
+        i = args.index("--cprofile")
+        prof_dir = args[i + 1]
+        del args[i:i + 2]
+        os.makedirs(prof_dir, exist_ok=True)
+        os.environ["FLASHTUTOR_CPROFILE"] = prof_dir       # the workers profile themselves
+    out_path = args[0] if args else None
+    keys = args[1:] or ["02", "04"]
     from flashtutor import grade
     from flashtutor.env import describe
-    res = {"env": describe(), "tracer": tracer_cost(), "gradings": {}}
+    res = {"env": describe(), "startup": startup_cost(), "tracer": tracer_cost(), "gradings": {}}
+    print("startup", json.dumps(res["startup"]), flush=True)
     t = time.time()
     from flashtutor.roofline import measure_peaks
     measure_peaks()
     res["measure_peaks_s"] = round(time.time() - t, 2)
     for key in keys:
         t = time.time()
-        r = grade(key, solution=True, progress=False)
+        if prof_dir:           # the judge in this process, so that its time is profiled too
+            import cProfile
+            prof = cProfile.Profile()
+            r = prof.runcall(grade, key, solution=True, progress=False, separate_judge=False)
+            prof.dump_stats(os.path.join(prof_dir, f"judge-{key}.prof"))
+        else:
+            r = grade(key, solution=True, progress=False)
         res["gradings"][key] = {"wall_s": round(time.time() - t, 1), "judge_s": r.seconds, "phases": r.phases,
                                 "verdict": str(r.verdict), "headline": r.headline,
                                 "shapes": [(x.problem, x.seconds, x.times["learner"].batch if x.times else None)
@@ -67,6 +130,8 @@ def main() -> None:
     if out_path:
         open(out_path, "w").write(text)
     print(json.dumps(res["tracer"]), res["measure_peaks_s"])
+    if prof_dir:
+        summarise(prof_dir)
 
 
 if __name__ == "__main__":

@@ -116,3 +116,39 @@ def test_gpu_lock_excludes_a_timer_and_knows_who_obeys_it(tmp_path):
         child.kill()
         child.wait()
     assert child.pid not in lock.registered()
+
+
+# ---------------------------------------------------------------- the timed batches' inputs and sizes ----
+def test_one_seed_writes_a_whole_batch_and_rewrites_any_slot_of_it():
+    """A batch's inputs come from one seed in three kernels; re-writing the block reproduces every slot
+    exactly (what a timed output is re-checked against), slots differ, q and k carry the scale, out is NaN."""
+    import torch
+
+    from flashtutor.grading.timing import _fill_slots
+    m, n = 96, 5
+    gen = torch.Generator()
+    block = torch.empty(n, 4 * m, dtype=torch.float16)
+    _fill_slots(block, gen, 1234, 0.5)
+    again = torch.empty(n, 4 * m, dtype=torch.float16)
+    _fill_slots(again, gen, 1234, 0.5)
+    assert torch.equal(block[:, : 3 * m], again[:, : 3 * m])
+    assert torch.isnan(block[:, 3 * m:]).all()
+    assert not torch.equal(block[0, :m], block[1, :m])                       # every slot its own inputs
+    qk, v = block[:, : 2 * m].float(), block[:, 2 * m: 3 * m].float()
+    assert 0.35 < qk.std().item() < 0.65 and 0.75 < v.std().item() < 1.25      # q, k scaled; v not
+    other = torch.empty(n, 4 * m, dtype=torch.float16)
+    _fill_slots(other, gen, 1235, 0.5)
+    assert not torch.equal(block[:, : 3 * m], other[:, : 3 * m])              # another seed, other inputs
+
+
+def test_batch_sizes_keep_the_window_and_the_hosts_share_bounded():
+    """The larger batch lasts about the target on the GPU and takes the host at most its budget to issue;
+    the smaller is a quarter; never fewer than MIN_CALLS nor more than the arena's slots."""
+    from flashtutor.grading import timing as tm
+    n1, n2 = tm.batch_sizes(per_call_us=10.0, host_us=150.0, max_calls=64)      # host-bound: the budget decides
+    assert n2 == int(tm.HOST_BUDGET_US / 150.0) and n1 == n2 // 4
+    n1, n2 = tm.batch_sizes(per_call_us=100.0, host_us=2.0, max_calls=64)       # graph replay: the window decides
+    assert n2 == int(tm.TARGET_WINDOW_US / 100.0)
+    assert tm.batch_sizes(per_call_us=1500.0, host_us=100.0, max_calls=64) == (1, tm.MIN_CALLS)
+    assert tm.batch_sizes(per_call_us=1.0, host_us=1.0, max_calls=64) == (16, 64)
+    assert tm.batch_sizes(per_call_us=1.0, host_us=1.0, max_calls=3) == (1, 3)          # the arena holds 3 slots

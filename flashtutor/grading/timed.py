@@ -165,7 +165,7 @@ class TimedPhase:
             if not unchanged:
                 bad = bad or f"a timed call modified its inputs (slot {slot} of a batch of {n})"
                 continue
-            q, k, v = self.bench.regenerate(p.shape, seed, p.qk_std)
+            q, k, v = self.bench.regenerate(p.shape, seed, n, slot, p.qk_std)
             r = check_output(p, q, k, v, out, seed=seed)
             if not r.ok:
                 where = "the last call" if slot == n - 1 else f"call {slot + 1}"

@@ -14,13 +14,15 @@ did not, the batch is redone with a longer sleep.
 
 **The slope.** A window also holds constant costs (two interprocess hops, a context switch: about
 300 µs on an H100). Timing batches of N1 and N2 calls and taking (W(N2) − W(N1)) / (N2 − N1) removes
-them. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
+them. N2 is as large as lets the batch last about 2.5 ms on the GPU and take the host at most 3 ms to
+issue (the GPU sleeps behind the gate for that long: on a slow host, more calls per batch buy
+precision no longer, only waiting), N1 a quarter of it. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
 baseline); the reported time is the median over rounds, with the 10th–90th percentile of the rounds.
 SDPA and the course's kernels run in the judge's process in the same gated way, with the same tracer
 on, so both sides carry the same tracing cost.
 
-**Cold inputs.** Every call of a batch gets its own slot of fresh random inputs, and the flush after
-writing them evicts them from L2: each call reads its q, k, v from device memory, as a flush before
+**Cold inputs.** Every call of a batch gets its own slot of fresh random inputs (one seed per batch,
+three kernels write them all), and the flush after writing them evicts them from L2: each call reads its q, k, v from device memory, as a flush before
 every call would give, without the flush's time or the host's launch cost inside the window.
 
 **Disturbance.** Another process on the GPU time-slices with the worker and the judge. The judge asks
@@ -44,9 +46,12 @@ from .evidence import Cause, Measurement, Trace
 
 L2_FLUSH_BYTES = 256 << 20
 SPREAD_LIMIT = 0.10             # rounds whose slopes spread more than this (p90−p10 over median): disturbed
-TARGET_WINDOW_US = 2500.0       # the larger batch's length on the GPU
+TARGET_WINDOW_US = 2500.0       # the larger batch's length on the GPU, at most …
+HOST_BUDGET_US = 3000.0         # … and the host's time to issue it, at most (the GPU waits that long behind the gate)
 MAX_CALLS = 64
 MIN_CALLS = 4
+GATE_FACTOR = 1.25              # the gate's sleep: this times the host's expected enqueue time, plus the margin;
+GATE_MARGIN_US = 1500.0         # a candidate whose gate opened early gets twice the factor from then on
 
 
 # ---------------------------------------------------------------- one GPU, several gradings --------
@@ -192,30 +197,29 @@ class Bench:
         self.judge_enqueue_us = 2000.0
         self.timing_stream = torch.cuda.Stream()
         self.abandoned: list = []
+        self.gate: dict[str, float] = {}     # a candidate's gate factor, once its gate opened early
 
-    def write_inputs(self, shape, n: int, seeds: list[int], qk_std: float) -> None:
-        from .protocol import inputs_view, numel, views
-        m = numel(shape)
-        for i in range(n):
-            flat = inputs_view(self.arena, shape, i)
-            self.gen.manual_seed(seeds[i])
-            flat.normal_(generator=self.gen)
-            if qk_std != 1.0:
-                flat[: 2 * m].mul_(qk_std)
-            views(self.arena, shape, i)[3].fill_(float("nan"))
+    def write_inputs(self, shape, n: int, seed: int, qk_std: float) -> None:
+        """Fresh random q, k, v in slots 0…n−1 and NaN in their outputs: three kernels for the whole batch (a
+        kernel per slot costs the slow host milliseconds that the gate's sleep then multiplies)."""
+        _fill_slots(self.slots(shape, n), self.gen, seed, qk_std)
 
-    def regenerate(self, shape, slot_seed: int, qk_std: float):
-        """The inputs a slot was given (for re-checking a timed output), in fresh memory."""
+    def slots(self, shape, n: int):
+        """Slots 0…n−1 of the arena as one [n, 4·B·H·S·D] view (each row: q | k | v | out)."""
         from .protocol import numel
         m = numel(shape)
-        flat = self.torch.empty(3 * m, dtype=self.arena.dtype, device=self.arena.device)
-        self.gen.manual_seed(slot_seed)
-        flat.normal_(generator=self.gen)
-        if qk_std != 1.0:
-            flat[: 2 * m].mul_(qk_std)
-        return tuple(flat[j * m:(j + 1) * m].view(*shape) for j in range(3))
+        return self.arena[: n * 4 * m].view(n, 4 * m)
 
-    def batch(self, cand, problem, n: int, *, seeds: list[int], sleep_us: float, snapshot=(),
+    def regenerate(self, shape, seed: int, n: int, slot: int, qk_std: float):
+        """The inputs slot ``slot`` of a batch of ``n`` was given (for re-checking a timed output): the batch's
+        block written again the same way, in fresh memory."""
+        from .protocol import numel
+        m = numel(shape)
+        block = self.torch.empty(n, 4 * m, dtype=self.arena.dtype, device=self.arena.device)
+        _fill_slots(block, self.gen, seed, qk_std)
+        return tuple(block[slot, j * m:(j + 1) * m].view(*shape) for j in range(3))
+
+    def batch(self, cand, problem, n: int, *, seed: int, sleep_us: float, snapshot=(),
               graph=None, timeout: float = 120.0, trace: bool = True) -> BatchRun:
         """One gated batch of ``n`` calls of ``cand`` ("remote" = the worker, or a callable)."""
         torch = self.torch
@@ -225,7 +229,7 @@ class Bench:
         t0 = time.perf_counter()
         torch.cuda._sleep(int(min(sleep_us, 2e6) * self.cycles))
         E0.record()
-        self.write_inputs(shape, n, seeds, problem.qk_std)
+        self.write_inputs(shape, n, seed, problem.qk_std)
         self.flush()
         Em.record()
         snaps, err = [], None
@@ -260,9 +264,9 @@ class Bench:
                     "message": f"a timed batch of {n} calls did not finish within {timeout:.0f} s"})
             torch.cuda.current_stream().wait_stream(ts)
             for s, out in outs:       # were the inputs left as written? (the next batch overwrites them)
-                given = self.regenerate(shape, seeds[s], problem.qk_std)
+                given = self.regenerate(shape, seed, n, s, problem.qk_std)
                 unchanged = all(torch.equal(a, b) for a, b in zip(given, views(self.arena, shape, s)[:3]))
-                snaps.append((s, seeds[s], out, unchanged))
+                snaps.append((s, seed, out, unchanged))
             trace = traced
         else:
             outs = []
@@ -282,6 +286,16 @@ class Bench:
                 E1.synchronize()
             trace = None
         return BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err)
+
+
+def _fill_slots(block, gen, seed: int, qk_std: float) -> None:
+    """``block``: [n, 4m] rows of q | k | v | out. Random q, k, v (q and k scaled by ``qk_std``), NaN out."""
+    m = block.shape[1] // 4
+    gen.manual_seed(seed)
+    block[:, : 3 * m].normal_(generator=gen)
+    if qk_std != 1.0:
+        block[:, : 2 * m].mul_(qk_std)
+    block[:, 3 * m:].fill_(float("nan"))
 
 
 def _wait(event, timeout: float) -> bool:
@@ -320,7 +334,16 @@ class ShapeRun:
 
 
 def sleep_for(bench: Bench, n: int, host_us: float, factor: float) -> float:
-    return factor * (bench.judge_enqueue_us + n * host_us) + 3000.0
+    return factor * (bench.judge_enqueue_us + n * host_us) + GATE_MARGIN_US
+
+
+def batch_sizes(per_call_us: float, host_us: float, max_calls: int) -> tuple[int, int]:
+    """The two batch sizes of a candidate: the larger lasts about :data:`TARGET_WINDOW_US` on the GPU and takes
+    the host at most :data:`HOST_BUDGET_US` to issue (at least :data:`MIN_CALLS`, at most ``max_calls``); the
+    smaller is a quarter of it. Their difference is what the slope divides by."""
+    n2 = min(TARGET_WINDOW_US / max(per_call_us, 0.5), HOST_BUDGET_US / max(host_us, 1.0))
+    n2 = max(2, int(min(max(n2, MIN_CALLS), max_calls)))
+    return min(max(1, n2 // 4), n2 - 1), n2
 
 
 def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, capture=None,
@@ -328,21 +351,34 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
                   timeout: float = 120.0, sizes: tuple[int, int] | None = None) -> ShapeRun:
     """Time every candidate on ``problem``. ``cands``: name -> "remote" or a callable (q, k, v, causal).
     ``capture(n1, n2)`` -> {name: {n: graph}} for graph-basis timing (None: calls issued one by one);
-    it may raise GraphError. ``sizes``: the two batch sizes (default: chosen from a first estimate so the
-    larger batch lasts about :data:`TARGET_WINDOW_US`, within ``max_calls``)."""
+    it may raise GraphError. ``sizes``: the two batch sizes (default: :func:`batch_sizes` from a first
+    estimate of each candidate's GPU and host time per call)."""
     graphs = None
     rng = rng or random.Random()
     seed = lambda: rng.randrange(1 << 62)   # noqa: E731
     host = {name: 300.0 for name in cands}
     errors: list[dict] = []
-    # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time. The gate is as
-    # long as for a timed batch (a few ms, not 50): a warm-up batch whose gate opens early only inflates the
-    # estimate, which picks smaller batches; the timed batches below re-check the gate and retry.
+
+    def gated(name, n, **kw) -> BatchRun:
+        """One batch whose gate held (redone with a longer sleep when it opened early, at most twice; the
+        candidate keeps the longer sleep), or the batch that failed."""
+        run = None
+        for _ in range(3):
+            factor = bench.gate.get(name, GATE_FACTOR)
+            run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=sleep_for(bench, n, host[name], factor),
+                              timeout=timeout, **kw)
+            if run.error or run.held:
+                break
+            bench.gate[name] = 2 * factor
+        return run
+
+    # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time per call: a batch
+    # of one (the first call compiles, tunes, plans), then batches of one and three.
     est = {}
-    for name, c in cands.items():
-        for i, n in enumerate((1, 1, 3) if sizes is None else (1,)):   # the first call compiles, tunes, plans
-            r = bench.batch(c, problem, n, seeds=[seed() for _ in range(n)],
-                            sleep_us=sleep_for(bench, n, host[name], 1.5), timeout=max(timeout, 600.0))
+    for name in cands:
+        for i, n in enumerate((1, 1, 3) if sizes is None else (1,)):
+            r = bench.batch(cands[name], problem, n, seed=seed(), timeout=max(timeout, 600.0),
+                            sleep_us=sleep_for(bench, n, host[name], bench.gate.get(name, GATE_FACTOR)))
             if r.error:
                 errors.append(r.error)
                 return ShapeRun({}, {}, [], [], errors=errors)
@@ -351,12 +387,8 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
                 est.setdefault(name, {})[n] = r.window_us
     if sizes is not None:
         per = {name: sizes for name in cands}
-    else:   # each candidate's own batch sizes: the larger batch lasts about TARGET_WINDOW_US on the GPU
-        per = {}
-        for name in cands:
-            per_call = max((est[name][3] - est[name][1]) / 2, 0.5)
-            n2 = max(2, int(min(max(TARGET_WINDOW_US / per_call, MIN_CALLS), max_calls)))
-            per[name] = (min(max(1, n2 // 4), n2 - 1), n2)      # two different sizes: a slope needs them
+    else:
+        per = {name: batch_sizes((est[name][3] - est[name][1]) / 2, host[name], max_calls) for name in cands}
     if capture is not None:          # graphs are captured for one pair of sizes: the learner's
         per = {name: per["learner"] for name in cands}
         graphs = capture(*per["learner"])
@@ -376,43 +408,29 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
         for which in ((0, 1) if r % 2 == 0 else (1, 0)):
             for name in order:
                 n = per[name][which]
-                c = cands[name]
                 g = (graphs or {}).get(name)
                 snapshot = ()
-                if c == "remote":
+                if cands[name] == "remote":
                     if batch_no in check_batches:
                         snapshot = tuple(sorted({n - 1, *rng.sample(range(n), k=min(1, n))}))
                     batch_no += 1
-                factor = 1.5
-                for _ in range(3):
-                    run = bench.batch(c, problem, n, seeds=[seed() for _ in range(n)], snapshot=snapshot,
-                                      sleep_us=sleep_for(bench, n, host[name], factor),
-                                      graph=g.get(n) if g else None, timeout=timeout)
-                    if run.error or run.held:
-                        break
-                    factor *= 3
+                run = gated(name, n, snapshot=snapshot, graph=g.get(n) if g else None)
                 if run.error:
                     errors.append(run.error)
                     return ShapeRun({}, windows, traces, snaps, errors=errors)
                 windows[name][n].append(run.window_us)
                 held[name].append(run.held)
-                if c == "remote":
+                if cands[name] == "remote":
                     traces.append((n, run.trace))
                 snaps.extend((n, s) for s in run.snapshots)
-    # The host's cost of issuing a call, on two more batches with no tracer on either side (tracing multiplies
-    # the host time of each call several times over; the first may also grow the allocator): the better one.
+    # The host's cost of issuing a call, on one more batch with no tracer on either side (tracing multiplies
+    # the host time of each call several times over).
     for name, c in cands.items():
         g = (graphs or {}).get(name)
         n2 = per[name][1]
-        best = float("inf")
-        for _ in range(2):
-            run = bench.batch(c, problem, n2, seeds=[seed() for _ in range(n2)], trace=False,
-                              sleep_us=sleep_for(bench, n2, host[name], 1.5), graph=g.get(n2) if g else None,
-                              timeout=timeout)
-            if not run.error and run.host_us == run.host_us:
-                best = min(best, run.host_us)
-        if best < float("inf"):
-            host[name] = best
+        run = gated(name, n2, trace=False, graph=g.get(n2) if g else None)
+        if not run.error and run.host_us == run.host_us:
+            host[name] = run.host_us
     times = {}
     for name in cands:
         n1, n2 = per[name]

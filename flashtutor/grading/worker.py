@@ -530,7 +530,18 @@ def main(fd: int) -> None:
         conn.send_bytes(dumps({"op": "setup_error", "cause": "error",
                                "message": f"{type(e).__name__}: {e}"[:600]}))
         return
-    w.serve()
+    prof_dir = os.environ.get("FLASHTUTOR_CPROFILE")    # where a grading's time goes (scripts/probe_grading_cost.py)
+    if not prof_dir:
+        w.serve()
+        return
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        w.serve()
+    finally:
+        prof.disable()
+        prof.dump_stats(os.path.join(prof_dir, f"worker-{os.getpid()}.prof"))
 
 
 if __name__ == "__main__":
