@@ -177,6 +177,11 @@ class Judge:
                     pass
 
     # ---------------------------------------------------------- the run
+    def waited(self, seconds: float) -> None:
+        """Time spent waiting for the GPU lock (other gradings' timed sections, or their checks while this one
+        times): part of the checks and timing phases, kept apart as ``gpu wait`` so a slow run says why."""
+        self.report.phases["gpu wait"] = round(self.report.phases.get("gpu wait", 0.0) + seconds, 2)
+
     def lap(self, phase: str) -> None:
         """Charge the time since the last lap to ``phase`` (the report's ``phases``)."""
         now = time.time()
@@ -366,7 +371,9 @@ class Judge:
             except WorkerFailed as e:
                 return CaseResult(p.name, seed, False, e.cause, e.message, log=e.log)
         lock = self.lock.shared(self.worker.pid) if self.lock else contextlib.nullcontext()
+        t_lock = time.time()
         with lock:
+            self.waited(time.time() - t_lock)
             q, k, v, o = views(self.arena, p.shape, 0)
             flat = inputs_view(self.arena, p.shape, 0)
             gen = torch.Generator(device=self.arena.device).manual_seed(seed)

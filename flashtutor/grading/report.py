@@ -59,7 +59,8 @@ class Report:
     execution: str = ""
     seconds: float = 0.0
     # Where the time went, in seconds: "sources" (scan, the judge's compile), "worker" (spawn, import, the
-    # learner's set-up and compile), "checks", "timing" — what makes a grading slow, in its own report.
+    # learner's set-up and compile), "checks", "timing" — what makes a grading slow, in its own report — and
+    # "gpu wait", the part of checks and timing spent waiting for other gradings to leave the GPU.
     phases: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ filled by the judge

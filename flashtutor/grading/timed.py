@@ -48,34 +48,46 @@ class TimedPhase:
                 res.skipped = f"the worker could not restart: {e.message}"
                 return res
         lock = self.j.lock.exclusive(self.j.worker.pid) if self.j.lock else contextlib.nullcontext()
+        t_lock = time.time()
         with lock:
-            if self.peaks is None:
-                self.peaks = self._peaks()
-            for attempt in range(ATTEMPTS):
-                self.neighbours.ours = {os.getpid(), self.j.worker.pid}
-                self.neighbours.busy()                       # start NVML's sampling window now
-                try:
-                    run, backend = self._measure(p)
-                except GraphError as e:
-                    res.causes.append(Cause.NOT_CAPTURABLE)
-                    res.messages.append(f"{p.name}: the call could not be replayed from a CUDA graph, and this chapter "
-                                        f"times it that way: {e}")
-                    return res
-                if run.errors:
-                    e = run.errors[0]
-                    if e.get("fatal"):
-                        self.j.worker.stop()          # a new worker for the next shape
-                    cause = e.get("cause", Cause.ERROR)
-                    res.causes.append(cause if isinstance(cause, Cause) else Cause.ERROR)
-                    res.messages.append(f"{p.name} (timing): {e.get('message', '')}")
-                    return res
-                why = self.neighbours.busy() or tm.spread_disturbed(run, ["learner", "sdpa"])
-                if not why:
-                    break
-                time.sleep(0.5 * (attempt + 1))
-            res.disturbed = why
-            if why:
-                res.notes.append(f"timing disturbed after {ATTEMPTS} tries: {why}")
+            t_got = time.time()
+            self.j.waited(t_got - t_lock)
+            try:
+                return self._shape_alone(p, res)
+            finally:
+                tm.log_line(event="timed shape", chapter=self.j.ch.key, shape=p.name, asked=round(t_lock, 3),
+                            got=round(t_got, 3), left=round(time.time(), 3))
+
+    def _shape_alone(self, p: Problem, res: TimingResult) -> TimingResult:
+        """The shape's timing, holding the GPU alone; then the evidence from its calls (re-checking timed
+        outputs computes references on the GPU: still alone)."""
+        if self.peaks is None:
+            self.peaks = self._peaks()
+        for attempt in range(ATTEMPTS):
+            self.neighbours.ours = {os.getpid(), self.j.worker.pid}
+            self.neighbours.busy()                       # start NVML's sampling window now
+            try:
+                run, backend = self._measure(p)
+            except GraphError as e:
+                res.causes.append(Cause.NOT_CAPTURABLE)
+                res.messages.append(f"{p.name}: the call could not be replayed from a CUDA graph, and this chapter "
+                                    f"times it that way: {e}")
+                return res
+            if run.errors:
+                e = run.errors[0]
+                if e.get("fatal"):
+                    self.j.worker.stop()          # a new worker for the next shape
+                cause = e.get("cause", Cause.ERROR)
+                res.causes.append(cause if isinstance(cause, Cause) else Cause.ERROR)
+                res.messages.append(f"{p.name} (timing): {e.get('message', '')}")
+                return res
+            why = self.neighbours.busy() or tm.spread_disturbed(run, ["learner", "sdpa"])
+            if not why:
+                break
+            time.sleep(0.5 * (attempt + 1))
+        res.disturbed = why
+        if why:
+            res.notes.append(f"timing disturbed after {ATTEMPTS} tries: {why}")
         res.backend = backend
         res.times = run.times
         lt, st = run.times["learner"], run.times["sdpa"]

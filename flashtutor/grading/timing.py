@@ -198,6 +198,7 @@ class Bench:
         self.timing_stream = torch.cuda.Stream()
         self.abandoned: list = []
         self.gate: dict[str, float] = {}     # a candidate's gate factor, once its gate opened early
+        self.label = ""                      # the candidate being timed (FLASHTUTOR_BATCH_LOG's lines)
 
     def write_inputs(self, shape, n: int, seed: int, qk_std: float) -> None:
         """Fresh random q, k, v in slots 0…n−1 and NaN in their outputs: three kernels for the whole batch (a
@@ -240,6 +241,7 @@ class Bench:
                                                  "graph": graph is not None, "nonce": f"{random.getrandbits(64):016x}",
                                                  "trace": trace}), timeout=timeout)
             held = not Em.query()
+            t_ready = time.perf_counter()
             if msg["op"] != "done":
                 torch.cuda.current_stream().synchronize()
                 return BatchRun(float("nan"), held, float("nan"), error=msg)
@@ -281,11 +283,34 @@ class Bench:
                         q, k, v, _ = views(self.arena, shape, i)
                         outs.append(cand(q, k, v, problem.causal))
                 host_us = (time.perf_counter() - t1) * 1e6 / max(n, 1)
+                t_ready = time.perf_counter()
                 held = not Em.query()
                 E1.record()
                 E1.synchronize()
             trace = None
-        return BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err)
+        run = BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err)
+        if _BATCH_LOG:
+            _log_batch(self.label, n, sleep_us, run, t0, t_ready)
+        return run
+
+
+_BATCH_LOG = os.environ.get("FLASHTUTOR_BATCH_LOG")     # a JSON line per batch: where a timed shape's time goes
+
+
+def log_line(**what) -> None:
+    """One JSON line in FLASHTUTOR_BATCH_LOG (if set), with this process and the wall clock."""
+    import json
+    if _BATCH_LOG:
+        with open(_BATCH_LOG, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "t": round(time.time(), 3), **what}) + "\n")
+
+
+def _log_batch(label: str, n: int, sleep_us: float, run: BatchRun, t0: float, t_ready: float) -> None:
+    now = time.perf_counter()
+    log_line(**{"cand": label, "n": n,
+                            "sleep_us": round(sleep_us), "window_us": round(run.window_us, 1), "held": run.held,
+                            "host_us": round(run.host_us, 1), "issued_ms": round((t_ready - t0) * 1e3, 2),
+                            "total_ms": round((now - t0) * 1e3, 2)})
 
 
 def _fill_slots(block, gen, seed: int, qk_std: float) -> None:
@@ -363,6 +388,7 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
         """One batch whose gate held (redone with a longer sleep when it opened early, at most twice; the
         candidate keeps the longer sleep), or the batch that failed."""
         run = None
+        bench.label = name
         for _ in range(3):
             factor = bench.gate.get(name, GATE_FACTOR)
             run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=sleep_for(bench, n, host[name], factor),
@@ -376,6 +402,7 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
     # of one (the first call compiles, tunes, plans), then batches of one and three.
     est = {}
     for name in cands:
+        bench.label = f"{name} (warm-up)"
         for i, n in enumerate((1, 1, 3) if sizes is None else (1,)):
             r = bench.batch(cands[name], problem, n, seed=seed(), timeout=max(timeout, 600.0),
                             sleep_us=sleep_for(bench, n, host[name], bench.gate.get(name, GATE_FACTOR)))
