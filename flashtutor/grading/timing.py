@@ -16,7 +16,8 @@ did not, the batch is redone with a longer sleep.
 300 µs on an H100). Timing batches of N1 and N2 calls and taking (W(N2) − W(N1)) / (N2 − N1) removes
 them. N2 is as large as lets the batch last about 2.5 ms on the GPU and take the host at most 3 ms to
 issue (the GPU sleeps behind the gate for that long: on a slow host, more calls per batch buy
-precision no longer, only waiting), N1 a quarter of it. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
+precision no longer, only waiting), N1 a quarter of it; a call longer than 2.5 ms gets batches of 1
+and 2. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
 baseline); the reported time is the median over rounds, with the 10th–90th percentile of the rounds.
 SDPA and the course's kernels run in the judge's process in the same gated way, with the same tracer
 on, so both sides carry the same tracing cost.
@@ -49,9 +50,9 @@ SPREAD_LIMIT = 0.10             # rounds whose slopes spread more than this (p90
 TARGET_WINDOW_US = 2500.0       # the larger batch's length on the GPU, at most …
 HOST_BUDGET_US = 3000.0         # … and the host's time to issue it, at most (the GPU waits that long behind the gate)
 MAX_CALLS = 64
-MIN_CALLS = 4
+MIN_CALLS = 2                   # a call longer than the window: batches of 1 and 2 (the slope is one call)
 GATE_FACTOR = 1.25              # the gate's sleep: this times the host's expected enqueue time, plus the margin;
-GATE_MARGIN_US = 1500.0         # a candidate whose gate opened early gets twice the factor from then on
+GATE_MARGIN_US = 1500.0         # a gate that opened early is redone with twice the factor, which then decays
 
 
 # ---------------------------------------------------------------- one GPU, several gradings --------
@@ -384,18 +385,25 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
     host = {name: 300.0 for name in cands}
     errors: list[dict] = []
 
+    recent: dict[str, list[float]] = {name: [] for name in cands}    # traced host µs per call, last batches
+
     def gated(name, n, **kw) -> BatchRun:
-        """One batch whose gate held (redone with a longer sleep when it opened early, at most twice; the
-        candidate keeps the longer sleep), or the batch that failed."""
+        """One batch whose gate held, or the batch that failed. The sleep covers the candidate's expected issue
+        time (the slowest of its last three traced batches); a gate that opened early is redone with twice the
+        factor (at most twice), and the candidate's factor decays back once its gates hold again."""
         run = None
         bench.label = name
-        for _ in range(3):
-            factor = bench.gate.get(name, GATE_FACTOR)
-            run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=sleep_for(bench, n, host[name], factor),
+        expect = max(recent[name][-3:]) if recent[name] else host[name]
+        factor = bench.gate.get(name, GATE_FACTOR)
+        for attempt in range(3):
+            run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=sleep_for(bench, n, expect, factor),
                               timeout=timeout, **kw)
             if run.error or run.held:
                 break
-            bench.gate[name] = 2 * factor
+            factor *= 2
+        if run.held and kw.get("trace", True) and run.host_us == run.host_us:
+            recent[name].append(run.host_us)
+        bench.gate[name] = max(GATE_FACTOR, 0.8 * factor) if run.held else factor
         return run
 
     # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time per call: a batch
