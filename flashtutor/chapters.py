@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(os.environ.get("FLASHTUTOR_ROOT", Path(__file__).resolve().parent.parent))
 
@@ -70,6 +72,34 @@ class Chapter:
 
     def solution_path(self) -> Path:
         return self.solution_dir / self.entry
+
+    # The ladder's registry (below CHAPTERS): what bench, the tests, `doctor` and the book read.
+    @property
+    def short(self) -> str:
+        """The chapter's name from its folder: "02 tiling"."""
+        return f"{self.key} {self.slug.split('_', 1)[-1].replace('_', ' ')}"
+
+    @property
+    def steps(self) -> tuple["Step", ...]:
+        """The chapter's rungs of the ladder, in order (:data:`STEPS`)."""
+        return STEPS.get(self.key, ())
+
+    def step(self, which: str) -> "Step":
+        """One of :attr:`steps`, by id ("2a") or label ("a coalesced")."""
+        for s in self.steps:
+            if which in (s.id, s.label):
+                return s
+        raise KeyError(f"chapter {self.key} has no step {which!r}; steps: {', '.join(s.id for s in self.steps)}")
+
+    @property
+    def bench(self) -> "Bench | None":
+        """What ``flashtutor bench NN`` runs for this chapter (:data:`BENCHES`), or None."""
+        return BENCHES.get(self.key)
+
+    @property
+    def calibration_files(self) -> tuple[Path, ...]:
+        """The results files the speed rule is calibrated from (``speed.calibrated_from``), as paths."""
+        return tuple(ROOT / f for f in self.speed.calibrated_from)
 
 
 CHAPTERS: dict[str, Chapter] = {
@@ -172,3 +202,254 @@ def get_chapter(key) -> Chapter:
         if k in (c.key, c.slug) or str(key) == c.slug:
             return c
     raise KeyError(f"unknown chapter {key!r}; known: {', '.join(CHAPTERS)}")
+
+
+# ---------------------------------------------------------------- the ladder: every step, where it lives
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder: a module exposing ``attention(q, k, v, *, causal=False)``.
+
+    ``id``: the chapter's number and the step's letter ("2a"); ``label``: the name the chapter's tables and
+    results files give it ("a coalesced"); ``module``: the importable module, or the path of a Python file
+    (relative to the course's root) for a step that is a solution file only; ``source``: the file holding
+    the step's kernel and header when that is not the module's own file (a sibling ``.cu``, or the solution
+    the module loads); ``solution``: the step is the chapter's solution. Its idea and its limitation are not
+    typed here: :attr:`header` reads them from the headers of those files (DESIGN.md §2)."""
+    id: str
+    label: str
+    module: str
+    source: str | None = None
+    solution: bool = False
+
+    @property
+    def chapter(self) -> str:
+        return re.match(r"\d+", self.id).group().zfill(2)
+
+    @property
+    def path(self) -> Path:
+        """The step's Python file."""
+        if self.module.endswith(".py"):
+            return ROOT / self.module
+        return ROOT.joinpath(*self.module.split(".")).with_suffix(".py")
+
+    @property
+    def kernel(self) -> Path:
+        """The file that holds the kernel (the Python file itself for a Triton step)."""
+        return ROOT / self.source if self.source else self.path
+
+    @property
+    def header(self) -> "Header":
+        return read_header(self.path, self.kernel)
+
+    @property
+    def idea(self) -> str:
+        return self.header.idea
+
+    @property
+    def limitation(self) -> str:
+        return self.header.limitation
+
+    def load(self):
+        """The step's module (imported on first use; a file-only step under a name of its own)."""
+        import importlib
+        import importlib.util
+        import sys
+        if not self.module.endswith(".py"):
+            return importlib.import_module(self.module)
+        name = f"flashtutor_step_{self.id}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, self.path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+        return sys.modules[name]
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What ``flashtutor bench NN`` runs (:mod:`flashtutor.bench.runner`): ``module``'s ``run(r)``, writing
+    ``results/<name>-<gpu>-<date>.json``; the shape sets its correctness pass checks and its tables time, and
+    the extra (B, H, S, D) shapes of its series; ``dry``: it can run on tiny shapes through Triton's
+    interpreter without a GPU (a test of the script, not a measurement)."""
+    module: str
+    name: str
+    check_sets: tuple[str, ...] = ()
+    time_sets: tuple[str, ...] = ()
+    shapes: tuple[tuple[int, int, int, int], ...] = ()
+    dry: bool = False
+
+
+_K = "flashtutor.kernels."
+STEPS: dict[str, tuple[Step, ...]] = {
+    "01": (Step("1a", "reference", _K + "k01_naive_three_pass", "flashtutor/kernels/k01_naive_three_pass.cu"),
+           Step("1b", "solution", "solutions/01_naive_cuda/attention.py", "solutions/01_naive_cuda/attention.cu",
+                solution=True)),
+    "02": (Step("2a", "a coalesced", _K + "k02a_coalesced", "flashtutor/kernels/k02a_coalesced.cu"),
+           Step("2b", "b smem tiles", _K + "k02b_smem_tiles", "flashtutor/kernels/k02b_smem_tiles.cu"),
+           Step("2c", "c online softmax", _K + "k02c_online_softmax", "solutions/02_tiling/attention.cu",
+                solution=True)),
+    "03": (Step("3a", "a wmma", _K + "k03a_wmma", "solutions/03_wmma/attention.cu", solution=True),
+           Step("3b", "b + cp.async", _K + "k03b_cp_async", "flashtutor/kernels/k03b_cp_async.cu"),
+           Step("3c", "c + padding", _K + "k03c_swizzle", "flashtutor/kernels/k03c_swizzle.cu")),
+    "04": (Step("4a", "teaching", _K + "k04_triton_fa2", "solutions/04_triton_online_softmax/attention.py",
+                solution=True),
+           Step("4b", "hopper", _K + "k04_triton_fa2_hopper")),
+    "05": (Step("5", "3-kernel (reference)", _K + "k05_three_kernel", "flashtutor/kernels/k05_gemm.cu",
+                solution=True),),
+    "06": (Step("6a", "multihead", _K + "k06_multihead"),
+           Step("6b", "split-KV", _K + "k06_split_kv"),
+           Step("6c", "solution", "solutions/06_batching/attention.py", solution=True)),
+    "07": (Step("7a", "7a", _K + "k07a_wgmma_tma", "flashtutor/kernels/k07a_wgmma_tma.cu"),
+           Step("7b", "7b", _K + "k07b_warp_specialized", "solutions/07_hopper/attention.cu", solution=True),
+           Step("7c", "7c", _K + "k07c_pingpong", "flashtutor/kernels/k07c_pingpong.cu")),
+}
+# Files of flashtutor/kernels/ that a chapter uses and that are not a step of their own.
+KERNEL_FILES: dict[str, tuple[str, ...]] = {
+    "07": ("flashtutor/kernels/k07_probes.py", "flashtutor/kernels/k07_probes.cu"),
+}
+BENCHES: dict[str, Bench] = {
+    "02": Bench("flashtutor.bench.ch02", "bench02", check_sets=("seed", "small", "odd"), time_sets=("seed", "small")),
+    "03": Bench("flashtutor.bench.ch03", "bench03", check_sets=("seed", "small", "odd", "large"),
+                time_sets=("seed", "small", "large")),
+    "04": Bench("flashtutor.bench.ch04", "bench04", check_sets=("cpu", "odd", "seed", "small", "large"),
+                time_sets=("seed", "large"), dry=True),
+    "05": Bench("flashtutor.bench.ch05", "bench05", check_sets=("seed", "small", "odd"), time_sets=("seed", "small"),
+                shapes=tuple((1, 16, S, 64) for S in (512, 1024, 2048, 4096, 8192, 16384))),   # the crossover series
+    "06": Bench("flashtutor.bench.ch06", "bench06", check_sets=("seed", "small", "odd"),
+                shapes=tuple((B, 16, S, 64) for S in (128, 256, 512) for B in (8, 16, 32))
+                + tuple((1, 16, S, 64) for S in (1024, 4096, 16384)), dry=True),    # the seeds' grid, then one sequence
+    "07": Bench("flashtutor.bench.ch07", "bench07", time_sets=("seed", "large")),
+}
+
+
+def step(which: str) -> Step:
+    """A step of any chapter by id ("3c")."""
+    for steps in STEPS.values():
+        for s in steps:
+            if s.id == which:
+                return s
+    raise KeyError(f"no step {which!r}")
+
+
+# ---------------------------------------------------------------- the steps' headers -------------
+class Header(NamedTuple):
+    idea: str           # the header's title, without its "Chapter N, step x:" prefix
+    changed: str        # the first sentence after "What changed …:" ("" where the header has none)
+    limitation: str     # the first sentence after "Limitation:"
+
+
+_MARKERS = re.compile(r"(The idea(?::| is\b)|What changed[^:\n]*:|Limitation:)")
+
+
+def _header_text(path: Path) -> str:
+    """A file's header: a .py file's docstring, or the leading // comment block of a .cu file."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        import ast
+        return ast.get_docstring(ast.parse(text)) or ""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("//"):
+            break
+        lines.append(line[2:].removeprefix(" "))
+    return "\n".join(lines)
+
+
+def _clean(text: str) -> str:
+    """One line of markdown: rst literals as code, whitespace collapsed, table pipes escaped."""
+    text = re.sub(r"``([^`]+)``", r"`\1`", " ".join(text.split()))
+    return text.replace("|", "\\|")
+
+
+def _first_sentence(text: str) -> str:
+    return re.split(r"(?<=\.)\s+(?=[A-Z`*(])", text.strip(), maxsplit=1)[0].strip()
+
+
+def _block(text: str, marker: str) -> str:
+    """What follows ``marker`` up to the next marker or the end of its paragraph."""
+    for m in _MARKERS.finditer(text):
+        if m.group().startswith(marker):
+            rest = text[m.end():]
+            nxt = _MARKERS.search(rest)
+            para = rest[:nxt.start()] if nxt else rest
+            para = re.split(r"\n\s*\n", para.lstrip("\n"), maxsplit=1)[0]
+            return _clean(_first_sentence(para))
+    return ""
+
+
+def read_header(*files: Path) -> Header:
+    """The idea, what changed and the limitation of a step, from the headers of its files (the first file's
+    title is the idea; the first file that states a limitation or a change gives it)."""
+    texts = [_header_text(f) for f in dict.fromkeys(files) if f.exists()]
+    title = re.split(r"\n\s*\n", texts[0].strip(), maxsplit=1)[0] if texts else ""
+    idea = _clean(_first_sentence(re.sub(r"^Chapter \d+[^:—]*[:—]\s*", "", title)))
+    changed = next((b for t in texts if (b := _block(t, "What changed"))), "")
+    limitation = next((b for t in texts if (b := _block(t, "Limitation"))), "")
+    return Header(idea[:1].upper() + idea[1:], changed, limitation[:1].upper() + limitation[1:])
+
+
+# ---------------------------------------------------------------- flashtutor/kernels/README.md ---
+KERNELS_README = ROOT / "flashtutor" / "kernels" / "README.md"
+
+
+def _link(path: Path) -> str:
+    rel = os.path.relpath(path, KERNELS_README.parent)
+    return f"[`{path.relative_to(ROOT)}`]({rel})"
+
+
+def ladder_markdown() -> str:
+    """flashtutor/kernels/README.md: the whole ladder (step, files, idea, limitation), from :data:`STEPS` and the
+    steps' headers; then the other kernel files and the modules that moved out of this folder."""
+    lines = ["# The ladder", "",
+             "Every step of the course, where its files live, its idea and its limitation. Generated from the chapter",
+             "manifest (`flashtutor/chapters.py`: `STEPS`) and the header of each step's files by",
+             "`python -m flashtutor.chapters --write-readme`; `tests/test_ladder.py` fails when it is out of date.",
+             "This folder holds the steps alone: the benchmarks that time them are in `flashtutor/bench/`",
+             "(`flashtutor bench NN`), the grader in `flashtutor/grading/`, and nothing here imports either.", "",
+             "| step | files | idea | limitation |", "|---|---|---|---|"]
+    for ch in CHAPTERS.values():
+        for s in ch.steps:
+            role = [r for r, yes in (("solution", s.solution), ("reference", s.module == ch.reference))
+                    if yes and r not in s.label]
+            name = f"**{s.id}**" + (f" {s.label}" if s.label != s.id else "") + (f" ({', '.join(role)})" if role else "")
+            files = " · ".join(_link(p) for p in dict.fromkeys((s.path, s.kernel)))
+            h = s.header
+            lines.append(f"| {name} | {files} | {h.idea} | {h.limitation or '—'} |")
+    lines += ["", "Other files here, used by a chapter but not a step of their own:", ""]
+    for key, files in KERNEL_FILES.items():
+        paths = [ROOT / f for f in files]
+        for stem in dict.fromkeys(p.stem for p in paths):       # a .py and its .cu: one line, the .py's header
+            mine = sorted((p for p in paths if p.stem == stem), key=lambda p: p.suffix != ".py")
+            lines.append(f"- {' · '.join(_link(p) for p in mine)} (chapter {int(key)}): {read_header(mine[0]).idea}")
+    moved = sorted(p.name for p in KERNELS_README.parent.glob("*.py")
+                   if p.read_text().startswith("from flashtutor.bench."))
+    if moved:
+        lines += ["", "Moved to `flashtutor/bench/`, kept here as one-line re-exports until the notebooks are "
+                  "re-executed: " + ", ".join(f"`{m}`" for m in moved) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m flashtutor.chapters", description="the chapter manifest")
+    ap.add_argument("--write-readme", action="store_true", help=f"write {KERNELS_README.relative_to(ROOT)}")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the README is out of date")
+    a = ap.parse_args(argv)
+    text = ladder_markdown()
+    if a.write_readme:
+        KERNELS_README.write_text(text)
+        print(f"wrote {KERNELS_README.relative_to(ROOT)}")
+        return 0
+    if a.check:
+        current = KERNELS_README.read_text() if KERNELS_README.exists() else ""
+        if current != text:
+            print(f"{KERNELS_README.relative_to(ROOT)} is out of date: python -m flashtutor.chapters --write-readme")
+            return 1
+        print(f"{KERNELS_README.relative_to(ROOT)} is current")
+        return 0
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
