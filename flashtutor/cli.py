@@ -1,4 +1,4 @@
-"""The ``flashtutor`` command: grade, doctor, exercises, sass.
+"""The ``flashtutor`` command: grade, doctor, exercises, sass, bench.
 
 Every answer the command gives on a bad input is one line on stderr, and its exit code says what kind
 of answer it is (:data:`~flashtutor.grading.report.EXIT_CODES`): 0 pass, 1 fail, 2 usage error (an
@@ -241,6 +241,20 @@ def _sass(a) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- bench
+def _bench(a) -> int:
+    """``flashtutor bench NN``: the chapter's benchmark (flashtutor.bench.runner); without a GPU, one line
+    and exit code 3 (nothing is measured; ``--dry`` runs chapters 4 and 6 through Triton's interpreter)."""
+    from .bench.runner import NotRun, run
+    from .grading.evidence import Verdict
+    from .grading.report import EXIT_CODES, EXIT_USAGE
+    try:
+        return run(a.chapter, out=Path(a.out) if a.out else None, dry=a.dry,
+                   skip=[s for s in (a.skip or "").split(",") if s], budget_s=a.budget_s)
+    except NotRun as e:
+        raise CliError(str(e), EXIT_USAGE if e.usage else EXIT_CODES[Verdict.NOT_RUN])
+
+
 # ---------------------------------------------------------------- the command line
 def parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
@@ -278,6 +292,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--top", type=int, default=10, help="also list the N most frequent opcodes (0: none)")
     s.add_argument("--dump", action="store_true", help="print the SASS")
     s.set_defaults(fn=_sass)
+    b = sub.add_parser("bench", help="measure a chapter's steps against SDPA on this GPU (JSON under results/)",
+                       parents=[common])
+    b.add_argument("chapter", help="chapter number, e.g. 03")
+    b.add_argument("--out", metavar="FILE", help="the results file (default: results/benchNN-<gpu>-<date>.json)")
+    b.add_argument("--skip", metavar="PARTS", help="comma-separated parts to leave out (each chapter's PARTS)")
+    b.add_argument("--budget-s", type=float, help="skip parts that would start after this many seconds")
+    b.add_argument("--dry", action="store_true", help="chapters 4 and 6: tiny shapes through Triton's interpreter, "
+                   "no GPU (tests the script; written outside results/ unless --out)")
+    b.set_defaults(fn=_bench)
     return p
 
 

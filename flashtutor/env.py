@@ -256,11 +256,11 @@ def doctor() -> list[tuple[str, bool, str]]:
 
 
 def chapters_enabled(rows) -> list[tuple[str, Capability]]:
-    """Every chapter with what it can do here (:func:`capability` on :func:`doctor`'s rows)."""
+    """Every chapter of the manifest (its short name) with what it can do here (:func:`capability` on
+    :func:`doctor`'s rows)."""
     from .chapters import CHAPTERS
     info = machine(rows)
-    return [(f"{ch.key} {ch.slug.split('_', 1)[-1].replace('_', ' ')}", capability(ch, info))
-            for ch in CHAPTERS.values()]
+    return [(ch.short, capability(ch, info)) for ch in CHAPTERS.values()]
 
 
 def in_notebook() -> bool:

@@ -3,6 +3,7 @@ and runs the kernels through a CPU emulation of the CUDA thread model (flashtuto
 checks them for real and grades the solution and the stub."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shutil
 from pathlib import Path
@@ -21,11 +22,10 @@ CH = get_chapter("02")
 KERNELS = ROOT / "flashtutor" / "kernels"
 SOLUTION_CU = ROOT / "solutions" / "02_tiling" / "attention.cu"
 EXERCISE_CU = ROOT / "chapters" / "02_tiling" / "attention.cu"
-STEP_CU = {
-    "a": (KERNELS / "k02a_coalesced.cu", {"coalesced_d64", "coalesced_d128"}),
-    "b": (KERNELS / "k02b_smem_tiles.cu", {"smem_tiles_d64", "smem_tiles_d128"}),
-    "c": (SOLUTION_CU, {"flash_attention_d64", "flash_attention_d128"}),
-}
+STEPS = {s.id[-1]: s for s in CH.steps}          # "a", "b", "c": the chapter manifest's steps
+KERNEL_NAMES = {"a": {"coalesced_d64", "coalesced_d128"}, "b": {"smem_tiles_d64", "smem_tiles_d128"},
+                "c": {"flash_attention_d64", "flash_attention_d128"}}
+STEP_CU = {step: (s.kernel, KERNEL_NAMES[step]) for step, s in STEPS.items()}   # kernel file, its kernels
 TILED = ("b", "c")
 SM_REGISTERS = 65536          # 32-bit registers per SM (H100, H200)
 SM_SHARED = 228 * 1024        # shared memory per SM (H100, H200); 1 KB of it is reserved per block
@@ -33,8 +33,7 @@ BLOCK_RESERVED = 1024
 
 
 def _step_module(step):
-    from flashtutor.kernels import k02a_coalesced, k02b_smem_tiles, k02c_online_softmax
-    return {"a": k02a_coalesced, "b": k02b_smem_tiles, "c": k02c_online_softmax}[step]
+    return importlib.import_module(STEPS[step].module)
 
 
 def _launcher(step):
@@ -114,6 +113,7 @@ def test_exercise_is_generated_from_the_solution():
 
 def test_reference_module_loads_the_solution():
     from flashtutor.kernels import k02c_online_softmax as c
+    assert STEPS["c"].solution and STEP_CU["c"][0] == SOLUTION_CU and STEPS["c"].module == c.__name__
     assert c.SOURCE == ROOT / "solutions" / "02_tiling" / "attention.py"
     assert Path(c._mod.__file__) == c.SOURCE and Path(c._mod._kernel_file) == SOLUTION_CU
     assert CH.reference == c.__name__
@@ -131,9 +131,10 @@ def test_bytes_moved_decrease_with_each_step():
 
 
 def test_bench02_times_what_the_chapter_shows():
-    from flashtutor.kernels import bench02
-    assert list(bench02.STEPS) == ["ch1 reference", "a coalesced", "b smem tiles", "c online softmax"]
-    assert set(bench02.CHECKED) == {"a coalesced", "b smem tiles", "c online softmax", "solution"}
+    from flashtutor.bench import ch02 as bench02
+    assert list(bench02.STEPS) == ["ch1 reference"] + [s.label for s in CH.steps]       # the manifest's, in order
+    assert list(bench02.STEPS.values()) == [get_chapter("01").reference] + [s.module for s in CH.steps]
+    assert set(bench02.CHECKED) == {s.label for s in CH.steps} | {"solution"}
     probs = bench02.table_problems()
     assert [p for p in probs if not p.causal] == list(shape_set("seed") + shape_set("small"))
     assert [p.name for p in probs if p.causal] == [shape_set("seed")[0].replace(causal=True).name]

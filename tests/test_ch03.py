@@ -6,17 +6,15 @@ import importlib
 
 import pytest
 
-from flashtutor.chapters import ROOT
+from flashtutor.chapters import ROOT, get_chapter
 from flashtutor.loaders import load_cuda
 from flashtutor.sass import disassemble, histogram
 from conftest import untouched_exercise
 
-# step: (kernel file, kernel name prefix, launcher module)
-STEPS = {
-    "a": (ROOT / "solutions/03_wmma/attention.cu", "wmma_attention", "flashtutor.kernels.k03a_wmma"),
-    "b": (ROOT / "flashtutor/kernels/k03b_cp_async.cu", "wmma_cp_async", "flashtutor.kernels.k03b_cp_async"),
-    "c": (ROOT / "flashtutor/kernels/k03c_swizzle.cu", "wmma_padded", "flashtutor.kernels.k03c_swizzle"),
-}
+CH = get_chapter("03")
+PREFIX = {"a": "wmma_attention", "b": "wmma_cp_async", "c": "wmma_padded"}   # each step's kernel names
+# step: (kernel file, kernel name prefix, launcher module), from the chapter manifest
+STEPS = {s.id[-1]: (s.kernel, PREFIX[s.id[-1]], s.module) for s in CH.steps}
 EXERCISE = ROOT / "chapters/03_wmma/attention.cu"
 # Dynamic shared memory per block, bytes, as designed (the headers of the .cu files explain each tile).
 DESIGNED = {"a": {64: 42240, 128: 58624}, "b": {64: 58624, 128: 91392}, "c": {64: 65792, 128: 98560}}

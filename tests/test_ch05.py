@@ -262,7 +262,8 @@ def test_fp16_scores_would_fail_the_check():
 
 
 def test_memory_story_numbers():
-    from flashtutor.kernels import bench05, k05_three_kernel as ref
+    from flashtutor.bench import ch05 as bench05
+    from flashtutor.kernels import k05_three_kernel as ref
     seed = Problem(1, 16, 1024, 64)
     assert ref.score_bytes(seed) == 64 * 2**20                               # 16 heads × 1024² × 4 bytes
     assert ref.bytes_moved(seed) == seed.min_bytes + 12 * 16 * 1024 * 1024
@@ -272,7 +273,7 @@ def test_memory_story_numbers():
 
 
 def test_crossings_interpolates_the_swap():
-    from flashtutor.kernels.bench05 import crossings
+    from flashtutor.bench.ch05 import crossings
     rows = [{"S": 512, "kernel": "3-kernel (reference)", "us": 10.0}, {"S": 512, "kernel": "SDPA", "us": 20.0},
             {"S": 2048, "kernel": "3-kernel (reference)", "us": 80.0}, {"S": 2048, "kernel": "SDPA", "us": 40.0}]
     (x,) = crossings(rows)
@@ -307,7 +308,8 @@ def test_reference_is_correct_on_seed_and_odd_shapes():
 def test_each_gemm_reaches_80_percent_of_cublas_at_the_seed_shape():
     if not _hopper():
         pytest.skip("the CUTLASS GEMMs are built for sm_90a (H100/H200)")
-    from flashtutor.kernels import bench05, k05_three_kernel as ref
+    from flashtutor.bench import ch05 as bench05
+    from flashtutor.kernels import k05_three_kernel as ref
     lib = ref.build(verbose=False)
     qk, pv = ref.gemm_configs(64)
     rows = bench05.time_gemms(lib, [(1, 16, 1024, 64)], qk=[qk], pv=[pv], reps=40)

@@ -272,7 +272,7 @@ class FakeClock:
 
 
 def test_host_times_with_a_fake_clock():
-    from flashtutor.kernels.launch_cost import host_us
+    from flashtutor.bench.launch_cost import host_us
     clk = FakeClock()
     r = host_us(clk.call, n=1000, warmup=3, n_sync=10, clock=clk, sync=clk.sync)
     assert math.isclose(r["issue_us"], 5.0)
@@ -283,7 +283,7 @@ def test_host_times_with_a_fake_clock():
 def test_launch_cost_rows_table_and_plot():
     import matplotlib
     matplotlib.use("Agg")
-    from flashtutor.kernels import launch_cost
+    from flashtutor.bench import launch_cost
     clk = FakeClock()
     calls = {"fake eager op": ("PyTorch", 2, clk.call, True),
              **{f"fake Triton, {n} args": ("Triton", n, clk.call, True) for n in (1, 4, 16, 32)},
@@ -301,14 +301,14 @@ def test_launch_cost_rows_table_and_plot():
 
 
 def test_empty_triton_kernels_take_their_argument_counts():
-    from flashtutor.kernels import launch_cost
+    from flashtutor.bench import launch_cost
     for n, kern in launch_cost.EMPTY_TRITON.items():
         assert len(kern.arg_names) == n
         args = launch_cost.triton_args(n, "T")
         assert args.count("T") == (n + 1) // 2 and all(a in ("T", launch_cost.INT_ARG) for a in args)
 
 
-# ---------------------------------------------------------------- bench06's verdicts ---------------
+# ---------------------------------------------------------------- the bench's verdicts -------------
 def _row(problem, B, S, step, graph_us, warm_us=None, floor_mem=7.8):
     r = {"problem": problem, "B": B, "S": S, "step": step, "floor": {"memory_us": floor_mem, "compute_us": 2.7},
          "event": {"median_us": graph_us + 3}, "graph": {"median_us": graph_us},
@@ -320,7 +320,7 @@ def _row(problem, B, S, step, graph_us, warm_us=None, floor_mem=7.8):
 
 
 def test_bench06_claims_are_read_from_the_numbers():
-    from flashtutor.kernels.bench06 import claims, per_seq_table
+    from flashtutor.bench.ch06 import claims, per_seq_table
     rows = [_row("B32 H16 S128 D64", 32, 128, "SDPA", 15.5), _row("B32 H16 S128 D64", 32, 128, "solution", 8.5),
             _row("B1 H16 S1024 D64", 1, 1024, "SDPA", 15.8, floor_mem=2.0),
             _row("B1 H16 S1024 D64", 1, 1024, "solution", 16.9, floor_mem=2.0)]

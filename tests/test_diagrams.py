@@ -235,7 +235,7 @@ def test_ch04_grid_and_causal_are_the_chapters():
 
 def test_ch05_bytes_add_up_to_the_chapters_count():
     ch05 = _load("ch05")
-    from flashtutor.kernels import bench05
+    from flashtutor.bench import ch05 as bench05
     from flashtutor.kernels import k05_three_kernel as ref
     from flashtutor.problems import Problem
     assert tuple(ch05.CROSSOVER_S) == tuple(bench05.CROSSOVER_S)

@@ -17,7 +17,7 @@ import style as st
 
 B, H, D = 1, 16, 64
 SEED_S = 1024
-CROSSOVER_S = (512, 1024, 2048, 4096, 8192, 16384)     # flashtutor.kernels.bench05.CROSSOVER_S
+CROSSOVER_S = (512, 1024, 2048, 4096, 8192, 16384)     # the manifest's series: flashtutor.bench.ch05.CROSSOVER_S
 MiB = 2 ** 20
 L2 = {"H100": 50 * MiB, "H200": 60 * MiB}
 

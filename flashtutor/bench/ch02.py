@@ -1,21 +1,21 @@
 """Chapter 2 on the GPU in one go: every step checked, then the steps table, then compute-sanitizer.
 
-    python -m flashtutor.kernels.bench02 OUT_DIR [--reps N] [--no-sanitize]
+    flashtutor bench 02 [--out FILE] [--skip sanitize]
 
-1. **Checks.** Steps a, b, c and the solution file, each on the seed, small and odd shape sets,
-   causal and not, with :func:`flashtutor.check.check_output` (one line per case). Each step runs in
-   a child process of its own, so a step that crashes the CUDA context (an illegal address) cannot
-   take the others with it.
-2. **Table.** With :func:`flashtutor.bench.steps_table`: chapter 1's reference, steps a, b, c and
+1. **checks.** Every step of the chapter (the manifest's, :data:`flashtutor.chapters.STEPS`) and the
+   solution file, each on the chapter's check sets, causal and not, with
+   :func:`flashtutor.check.check_output` (one line per case). Each step runs in a child process of its
+   own, so a step that crashes the CUDA context (an illegal address) cannot take the others with it.
+2. **table.** With :func:`flashtutor.bench.steps_table`: chapter 1's reference, steps a, b, c and
    SDPA on the seed and small shapes (and the seed shape causal): time, bytes moved (each step's
-   ``bytes_moved``), achieved TB/s. Saved with :func:`flashtutor.bench.save` to OUT_DIR/bench02.json
-   and printed as markdown, with the speed-up of step c over chapter 1's reference per shape (what
-   the chapter's speed rule is calibrated from). Only steps that passed every check are timed.
-3. **Sanitizer.** memcheck, racecheck and synccheck on steps a, b and the solution, on two small
+   ``bytes_moved``), achieved TB/s, and the speed-up of step c over chapter 1's reference per shape
+   (what the chapter's speed rule is calibrated from). Only steps that passed every check are timed.
+3. **sanitize.** memcheck, racecheck and synccheck on steps a, b and the solution, on two small
    shapes (partial tiles, both head dims): the barrier placement of the tiled kernels is checked
    on the hardware, not only by reading.
 
-The notebook calls :func:`check_steps` and :func:`table` in its own process.
+The results file holds ``rows``, ``speedups``, ``resources``, ``checks``, ``check_summary``,
+``sanitize`` and ``phases``. The notebook calls :func:`check_steps` and :func:`table` in its own process.
 """
 from __future__ import annotations
 
@@ -31,31 +31,21 @@ import threading
 import time
 from pathlib import Path
 
-from ..chapters import ROOT
+from ..chapters import ROOT, get_chapter
 
-SOLUTION = ROOT / "solutions" / "02_tiling" / "attention.py"
+CH = get_chapter("02")
+SOLUTION = CH.solution_path()
+PARTS = {"checks": "1. correctness: every step on the seed, small and odd sets, causal and not",
+         "table": "2. the steps table (seed and small shapes; the seed shape causal)",
+         "sanitize": "3. compute-sanitizer (memcheck, racecheck, synccheck) on two small shapes"}
 
 # The steps of the table, in the order of the chapter (SDPA is added by steps_table).
-STEPS = {
-    "ch1 reference": "flashtutor.kernels.k01_naive_three_pass",
-    "a coalesced": "flashtutor.kernels.k02a_coalesced",
-    "b smem tiles": "flashtutor.kernels.k02b_smem_tiles",
-    "c online softmax": "flashtutor.kernels.k02c_online_softmax",
-}
+STEPS = {"ch1 reference": get_chapter("01").step("1a").module, **{s.label: s.module for s in CH.steps}}
 # What phase 1 checks: the chapter's steps and the solution file itself.
-CHECKED = {
-    "a coalesced": "flashtutor.kernels.k02a_coalesced",
-    "b smem tiles": "flashtutor.kernels.k02b_smem_tiles",
-    "c online softmax": "flashtutor.kernels.k02c_online_softmax",
-    "solution": str(SOLUTION),
-}
+CHECKED = {**{s.label: s.module for s in CH.steps}, "solution": str(SOLUTION)}
 # What phase 3 runs under compute-sanitizer (module files; step c is the solution).
-SANITIZED = {
-    "a coalesced": ROOT / "flashtutor" / "kernels" / "k02a_coalesced.py",
-    "b smem tiles": ROOT / "flashtutor" / "kernels" / "k02b_smem_tiles.py",
-    "solution": SOLUTION,
-}
-CHECK_SETS = ("seed", "small", "odd")
+SANITIZED = {**{s.label: s.path for s in CH.steps if not s.solution}, "solution": SOLUTION}
+CHECK_SETS = CH.bench.check_sets
 MAX_SECONDS_PER_CALL = 1.0
 # Seconds per unit of B·H·S²·D, a generous estimate per step: chapter 1's reference took 3.5 ms at
 # the seed shape (B·H·S²·D = 1.07e9) on an H200; the tiled steps are far faster than that.
@@ -82,7 +72,7 @@ def load_step(step: str):
 
 
 def check_problems(sets=CHECK_SETS, causal=(False, True)):
-    from ..bench import problems
+    from .tables import problems
     seen, out = set(), []
     for p in problems(*sets, causal=causal):
         if p not in seen:
@@ -129,9 +119,9 @@ def check_steps(names=None, *, sets=CHECK_SETS, causal=(False, True), seed: int 
 
 
 def table_problems():
-    """The seed and small shapes, non-causal, and the seed shape causal."""
-    from ..bench import problems
-    return problems("seed", "small") + problems("seed", causal=(True,))
+    """The chapter's timed sets (seed and small), non-causal, and the seed shape causal."""
+    from .tables import problems
+    return problems(*CH.bench.time_sets) + problems("seed", causal=(True,))
 
 
 def skip(name: str, p) -> str | None:
@@ -144,7 +134,7 @@ def skip(name: str, p) -> str | None:
 
 def table(steps=None, probs=None, *, reps: int = 30, max_seconds: float = 10.0, progress: bool = True) -> list[dict]:
     """The steps table (one row per shape and step, plus SDPA)."""
-    from ..bench import steps_table
+    from .tables import steps_table
     steps = {n: STEPS[n] for n in (steps or STEPS)}
     return steps_table(steps, probs or table_problems(), reps=reps, max_seconds=max_seconds, skip=skip,
                        progress=progress)
@@ -164,9 +154,7 @@ def resources() -> dict:
     """Registers, shared memory, spills of every step's kernels, as compiled for this GPU."""
     from ..loaders import load_cuda
     out = {}
-    for name, path in (("a coalesced", ROOT / "flashtutor/kernels/k02a_coalesced.cu"),
-                       ("b smem tiles", ROOT / "flashtutor/kernels/k02b_smem_tiles.cu"),
-                       ("c online softmax", SOLUTION.with_name("attention.cu"))):
+    for name, path in ((s.label, s.kernel) for s in CH.steps):
         try:
             out[name] = load_cuda(path).resources()
         except Exception as e:
@@ -174,15 +162,16 @@ def resources() -> dict:
     return out
 
 
-# ---------------------------------------------------------------- the script ---------------------
-def _child(args: list[str], timeout: float) -> tuple[int, float]:
-    """Run ``python -m flashtutor.kernels.bench02 …`` and forward its output line by line."""
+# ---------------------------------------------------------------- the run ------------------------
+def _child(args: list[str], timeout: float, log=print) -> tuple[int, float]:
+    """Run ``python -m flashtutor.bench.ch02 …`` (one step's checks, or the table) and forward its output
+    line by line."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(ROOT) not in parts:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + parts)
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "flashtutor.kernels.bench02", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "flashtutor.bench.ch02", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", env=env)
     killed = []
 
@@ -199,7 +188,7 @@ def _child(args: list[str], timeout: float) -> tuple[int, float]:
     finally:
         watchdog.cancel()
     if killed:
-        _say(f"  (stopped after {timeout:.0f} s)")
+        log(f"  (stopped after {timeout:.0f} s)")
     return rc, time.monotonic() - t0
 
 
@@ -210,80 +199,47 @@ def _read(path: Path, default):
         return default
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flashtutor.kernels.bench02", description=__doc__.split("\n")[0])
-    ap.add_argument("out_dir", nargs="?", help="where bench02.json goes")
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--no-sanitize", action="store_true")
-    ap.add_argument("--check", metavar="STEP", help=argparse.SUPPRESS)      # child: check one step
-    ap.add_argument("--table", action="store_true", help=argparse.SUPPRESS)  # child: the table
-    ap.add_argument("--steps", help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+def run(r) -> int:
+    """``flashtutor bench 02``: the three parts into ``r`` (a :class:`flashtutor.bench.runner.Run`)."""
+    passed, summary = [], {}
 
-    if a.check:                                                  # ---- child: phase 1, one step
-        res = check_steps([a.check])
-        Path(a.result).write_text(json.dumps(res, default=str))
-        return 0 if all(r.get("ok") for r in res) else 1
-    if a.table:                                                  # ---- child: phase 2
-        from ..bench import markdown, save
-        from ..env import describe_line
-        steps = a.steps.split("|") if a.steps else None
-        rows = table(steps, reps=a.reps, progress=False)
-        sp = speedups(rows)
-        doc = save(rows, Path(a.out_dir) / "bench02.json", speedups=sp, resources=resources())
-        _say(markdown(rows))
-        _say(f"\n{describe_line()}")
-        if sp:
-            lo = min(sp, key=lambda s: s["speedup"])
-            _say("\nspeed-up of step c over chapter 1's reference (its time / step c's time):")
-            for s in sp:
-                _say(f"  {s['problem']:<26} {s['speedup']:8.1f}×")
-            _say(f"  smallest: {lo['speedup']:.1f}× at {lo['problem']}")
-        return 0 if doc else 1
+    def checks():
+        out = []
+        for name in CHECKED:
+            with tempfile.TemporaryDirectory() as tmp:
+                res_file = Path(tmp) / "res.json"
+                rc, secs = _child(["--check", name, "--result", str(res_file)], timeout=240, log=r.log)
+                res = _read(res_file, [])
+            ok = bool(res) and all(x.get("ok") for x in res)
+            n_ok = sum(1 for x in res if x.get("ok"))
+            r.log(f"-> {name}: {'PASS' if ok else 'FAIL'} {n_ok}/{len(res)} cases ({secs:.0f} s, exit code {rc})")
+            out += res or [{"step": name, "problem": "*", "ok": False, "error": f"child exit code {rc}, no result"}]
+            summary[name] = {"ok": ok, "passed": n_ok, "cases": len(res)}
+            if ok:
+                passed.append(name)
+        r.doc["check_summary"] = summary
+        return out
+    r.part("checks", checks, store="checks")
 
-    if not a.out_dir:
-        ap.error("OUT_DIR is required")
-    out = Path(a.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.monotonic()
-    summary: dict = {"checks": {}, "phases": {}}
-
-    _say("== 1. correctness: every step on the seed, small and odd sets, causal and not")
-    passed = []
-    checks = []
-    for name in CHECKED:
+    def timed_table():
+        timed = [n for n in STEPS if n == "ch1 reference" or "checks" in r.skipped or n in passed]
+        left_out = [n for n in STEPS if n not in timed]
+        if left_out:
+            r.log(f"   not timed (failed a check): {', '.join(left_out)}")
         with tempfile.TemporaryDirectory() as tmp:
-            res_file = Path(tmp) / "res.json"
-            rc, secs = _child(["--check", name, "--result", str(res_file)], timeout=240)
-            res = _read(res_file, [])
-        ok = bool(res) and all(r.get("ok") for r in res)
-        n_ok = sum(1 for r in res if r.get("ok"))
-        _say(f"-> {name}: {'PASS' if ok else 'FAIL'} {n_ok}/{len(res)} cases ({secs:.0f} s, exit code {rc})")
-        checks += res or [{"step": name, "problem": "*", "ok": False, "error": f"child exit code {rc}, no result"}]
-        summary["checks"][name] = {"ok": ok, "passed": n_ok, "cases": len(res)}
-        if ok:
-            passed.append(name)
-    (out / "bench02-checks.json").write_text(json.dumps(checks, indent=1, default=str))
-    summary["phases"]["checks_s"] = round(time.monotonic() - t_start, 1)
+            res_file = Path(tmp) / "table.json"
+            rc, _ = _child(["--table", "--result", str(res_file), "--steps", "|".join(timed)], timeout=420,
+                           log=r.log)
+            r.doc.update(_read(res_file, {}))
+        r.doc["table_exit_code"] = rc
+        if rc:
+            raise RuntimeError(f"the table's child process ended with exit code {rc}")
+    r.part("table", timed_table)
 
-    _say("\n== 2. the steps table (seed and small shapes; the seed shape causal)")
-    t2 = time.monotonic()
-    timed = [n for n in STEPS if n == "ch1 reference" or n in passed]
-    left_out = [n for n in STEPS if n not in timed]
-    if left_out:
-        _say(f"   not timed (failed a check): {', '.join(left_out)}")
-    rc, secs = _child(["--table", str(out), "--steps", "|".join(timed), "--reps", str(a.reps)], timeout=420)
-    summary["phases"]["table_s"] = round(time.monotonic() - t2, 1)
-    summary["table_exit_code"] = rc
-
-    sanitize_results = {}
-    if not a.no_sanitize:
-        _say("\n== 3. compute-sanitizer (memcheck, racecheck, synccheck) on two small shapes")
+    def sanitize_all():
         from concurrent.futures import ThreadPoolExecutor
 
-        from ..sanitize import format_findings, sanitize
-        t3 = time.monotonic()
+        from ..grading.sanitize import format_findings, sanitize
 
         def one(item):           # each call runs its three tools in parallel child processes
             name, path = item
@@ -293,27 +249,52 @@ def main(argv=None) -> int:
                 return name, {"verdict": "not run", "summary": f"{type(e).__name__}: {e}", "tools": {}}
 
         with ThreadPoolExecutor(len(SANITIZED)) as ex:
-            sanitize_results = dict(ex.map(one, SANITIZED.items()))
-        for name, r in sanitize_results.items():
-            _say(f"-> {name}")
-            _say("   " + format_findings(r).replace("\n", "\n   "))
-        _say(f"   ({time.monotonic() - t3:.0f} s)")
-        summary["phases"]["sanitize_s"] = round(time.monotonic() - t3, 1)
+            found = dict(ex.map(one, SANITIZED.items()))
+        for name, res in found.items():
+            r.log(f"-> {name}")
+            r.log("   " + format_findings(res).replace("\n", "\n   "))
+        return found
+    sanitized = r.part("sanitize", sanitize_all, store="sanitize") or {}
 
-    doc = _read(out / "bench02.json", {})
-    doc.update(checks=checks, check_summary=summary["checks"], sanitize=sanitize_results, phases=summary["phases"])
-    (out / "bench02.json").write_text(json.dumps(doc, indent=1, default=str))
-    total = time.monotonic() - t_start
-    _say(f"\n== done in {total:.0f} s: {out / 'bench02.json'}")
-    for name, s in summary["checks"].items():
-        _say(f"   {name:<17} {'PASS' if s['ok'] else 'FAIL'} {s['passed']}/{s['cases']}")
-    if sanitize_results:
-        for name, r in sanitize_results.items():
-            _say(f"   {name:<17} sanitizer: {r.get('verdict')}")
-    all_ok = all(s["ok"] for s in summary["checks"].values()) and rc == 0 and \
-        all(r.get("verdict") in ("clean",) for r in sanitize_results.values())
+    for name, s in summary.items():
+        r.log(f"   {name:<17} {'PASS' if s['ok'] else 'FAIL'} {s['passed']}/{s['cases']}")
+    for name, res in sanitized.items():
+        r.log(f"   {name:<17} sanitizer: {res.get('verdict')}")
+    all_ok = all(s["ok"] for s in summary.values()) and not r.doc.get("table_exit_code") and \
+        all(res.get("verdict") in ("clean",) for res in sanitized.values())
     return 0 if all_ok else 1
 
 
+def _child_main(argv=None) -> int:
+    """The child processes of :func:`run` (not a command of its own: ``flashtutor bench 02`` runs them)."""
+    ap = argparse.ArgumentParser(prog="python -m flashtutor.bench.ch02")
+    ap.add_argument("--check", metavar="STEP", help="check one step")
+    ap.add_argument("--table", action="store_true", help="the steps table")
+    ap.add_argument("--steps", help="the table's steps, separated by |")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--result", required=True, help="where the child writes its JSON")
+    a = ap.parse_args(argv)
+    if a.check:                                                  # ---- phase 1, one step
+        res = check_steps([a.check])
+        Path(a.result).write_text(json.dumps(res, default=str))
+        return 0 if all(x.get("ok") for x in res) else 1
+    if not a.table:
+        ap.error("give --check STEP or --table (the whole run is `flashtutor bench 02`)")
+    from ..env import describe_line                              # ---- phase 2
+    from .tables import markdown
+    rows = table(a.steps.split("|") if a.steps else None, reps=a.reps, progress=False)
+    sp = speedups(rows)
+    Path(a.result).write_text(json.dumps({"rows": rows, "speedups": sp, "resources": resources()}, default=str))
+    _say(markdown(rows))
+    _say(f"\n{describe_line()}")
+    if sp:
+        lo = min(sp, key=lambda x: x["speedup"])
+        _say("\nspeed-up of step c over chapter 1's reference (its time / step c's time):")
+        for x in sp:
+            _say(f"  {x['problem']:<26} {x['speedup']:8.1f}×")
+        _say(f"  smallest: {lo['speedup']:.1f}× at {lo['problem']}")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_child_main())

@@ -1,40 +1,42 @@
-"""Chapter 3's measurements on a GPU, in one go:
+"""Chapter 3's measurements on a GPU, in one go: ``flashtutor bench 03 [--out FILE] [--skip ncu]``.
 
-    python -m flashtutor.kernels.bench03 OUT_DIR
-
-1. correctness of steps a, b, c on the seed, small, odd and large sets, causal and not (and the seed
-   shape with large logits), one line per case;
+1. correctness of steps a, b, c (the manifest's, :data:`flashtutor.chapters.STEPS`) on the seed, small,
+   odd and large sets, causal and not (and the seed shape with large logits), one line per case;
 2. the steps table — chapter 1's reference, chapter 2's online softmax (if that module exists), the
    three wmma steps and SDPA — on the seed shape (causal and not) and the small set, then the three
-   wmma steps and SDPA on the large set; saved to OUT_DIR/bench03.json, printed as markdown;
+   wmma steps and SDPA on the large set; saved as ``rows``, printed as markdown;
 3. if ``ncu`` (Nsight Compute) is on PATH, the shared-memory bank conflicts of steps a, b, c at the
-   seed shape, to OUT_DIR/ncu03.txt (raw) and in bench03.json (parsed). Optional: never fatal.
+   seed shape, to ``ncu03-<gpu>-<date>.txt`` beside the results file (raw) and under ``ncu`` (parsed).
+   Optional: never fatal.
 
-A failing part is printed and the script goes on; the JSON is rewritten after every part. The notebook
+A failing part is printed and the run goes on; the JSON is rewritten after every part. The notebook
 uses the same functions: :func:`step_modules`, :func:`steps_table`, :func:`ncu_bank_conflicts`.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import shutil
 import subprocess
 import sys
 import time
-import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-WMMA_STEPS = {
-    "a wmma": "flashtutor.kernels.k03a_wmma",
-    "b + cp.async": "flashtutor.kernels.k03b_cp_async",
-    "c + padding": "flashtutor.kernels.k03c_swizzle",
-}
+from ..chapters import ROOT, get_chapter, step
+
+CH = get_chapter("03")
+WMMA_STEPS = {s.label: s.module for s in CH.steps}
 EARLIER = {   # earlier chapters' references, timed where they take less than NAIVE_LIMIT_S per call
-    "ch1 reference": "flashtutor.kernels.k01_naive_three_pass",
-    "ch2 online softmax": "flashtutor.kernels.k02c_online_softmax",
+    "ch1 reference": step("1a").module,
+    "ch2 online softmax": step("2c").module,
 }
+PARTS = {"resources": "resources (registers, spills, shared memory)",
+         "checks": "correctness: steps a, b, c on seed, small, odd, large",
+         "peaks": "peaks (copy bandwidth, fp16 matmul)",
+         "table": "steps table: seed (causal and not) and small",
+         "large": "steps table: large (the wmma steps only)",
+         "ncu": "ncu: shared-memory bank conflicts at the seed shape"}
 NAIVE_LIMIT_S = 0.5
 NCU_METRICS = (   # the brief's two counters first; the others are extras, dropped if this ncu lacks them
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
@@ -51,7 +53,6 @@ NCU_LABELS = {
     NCU_EXTRA[0]: "ld wavefronts", NCU_EXTRA[1]: "st wavefronts",
     NCU_EXTRA[2]: "ldmatrix conflicts (SASS)", NCU_EXTRA[3]: "time under ncu (ns)",
 }
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def step_modules(*, earlier: bool = True, log=print) -> dict[str, str]:
@@ -105,16 +106,16 @@ def steps_table(sets=("seed", "small"), *, causal_seed: bool = True, earlier: bo
                 reps: int = 30, progress: bool = True, log=print) -> list[dict]:
     """Rows of :func:`flashtutor.bench.steps_table` for chapter 3's steps on the given shape sets
     (non-causal; the seed shape also causal when ``causal_seed``)."""
-    from .. import bench
+    from . import tables
     probs = []
     for s in sets:
-        probs += bench.problems(s, causal=(False, True) if (s == "seed" and causal_seed) else (False,))
+        probs += tables.problems(s, causal=(False, True) if (s == "seed" and causal_seed) else (False,))
     steps = step_modules(earlier=earlier, log=log)
-    return bench.steps_table(steps, probs, reps=reps, peaks=peaks, progress=progress,
+    return tables.steps_table(steps, probs, reps=reps, peaks=peaks, progress=progress,
                              skip=_slow_skip(steps) if earlier else None)
 
 
-def check_all(sets=("seed", "small", "odd", "large"), *, log=print) -> list[dict]:
+def check_all(sets=CH.bench.check_sets, *, log=print) -> list[dict]:
     """Every wmma step on every shape of ``sets``, causal and not, plus large logits at the seed shape.
     The output buffers are NaN-filled (as under the grader); q, k, v and the reference are made once
     per shape and shared by the steps."""
@@ -231,7 +232,7 @@ def ncu_bank_conflicts(out_txt=None, *, timeout: float = 120.0, log=print) -> di
         if left < 10:
             break
         cmd = [ncu, "--clock-control", "none", "-k", "regex:^wmma_", "--csv", *extra,
-               "--metrics", ",".join(metrics), sys.executable, "-m", "flashtutor.kernels.bench03", "--ncu-target"]
+               "--metrics", ",".join(metrics), sys.executable, "-m", "flashtutor.bench.ch03", "--ncu-target"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=left, cwd=ROOT, env=env)
             text = r.stdout + "\n" + r.stderr
@@ -271,80 +272,43 @@ def ncu_table(result: dict) -> str:
 
 
 # ---------------------------------------------------------------- the whole run ----------------
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", nargs="?", help="folder for bench03.json and ncu03.txt")
-    ap.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute part")
-    a = ap.parse_args(argv)
-    if a.ncu_target:
-        _ncu_target()
-        return 0
-    if not a.out:
-        ap.error("OUT_DIR is required")
-    import torch
-
-    from .. import bench
-    from ..env import describe_line
+def run(r) -> int:
+    """``flashtutor bench 03``: the parts into ``r`` (a :class:`flashtutor.bench.runner.Run`)."""
     from ..roofline import measure_peaks
+    from .tables import markdown
 
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    doc: dict = {}
     rows: list = []
-
-    def log(msg):
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
-
-    def save():
-        bench.save(rows, out / "bench03.json", **doc)
-
-    def part(name, fn):
-        log(f"== {name}")
-        try:
-            return fn()
-        except Exception:
-            log(f"{name} failed:\n{traceback.format_exc()}")
-            doc.setdefault("failures", []).append({"part": name, "traceback": traceback.format_exc()})
-            return None
-        finally:
-            save()
-
-    log(describe_line())
-    doc["resources"] = part("resources (registers, spills, shared memory)", resources) or {}
-    for k, v in doc["resources"].items():
-        log(f"  {k:40s} {v}")
-    if not torch.cuda.is_available():
-        log("no CUDA GPU: nothing to measure")
-        return 1
-    doc["checks"] = part("correctness: steps a, b, c on seed, small, odd, large", lambda: check_all(log=log)) or []
-    n_bad = sum(1 for c in doc["checks"] if not c["ok"])
-    log(f"  {len(doc['checks']) - n_bad} of {len(doc['checks'])} cases correct")
-    peaks = part("peaks (copy bandwidth, fp16 matmul)", measure_peaks)
+    r.doc["rows"] = rows
+    res = r.part("resources", resources, store="resources") or {}
+    for k, v in res.items():
+        r.log(f"  {k:40s} {v}")
+    checks = r.part("checks", lambda: check_all(log=r.log), store="checks") or []
+    n_bad = sum(1 for c in checks if not c["ok"])
+    r.log(f"  {len(checks) - n_bad} of {len(checks)} cases correct")
+    peaks = r.part("peaks", measure_peaks)
     if peaks is not None:
-        doc["peaks"] = asdict(peaks)
-        log(f"  {peaks}")
-    small = part("steps table: seed (causal and not) and small",
-                 lambda: steps_table(("seed", "small"), peaks=peaks, progress=False, log=log)) or []
-    rows.extend(small)
-    save()
-    large = part("steps table: large (the wmma steps only)",
-                 lambda: steps_table(("large",), earlier=False, causal_seed=False, peaks=peaks, progress=False,
-                                     log=log)) or []
-    rows.extend(large)
-    save()
-    print(bench.markdown(rows), flush=True)
-    if not a.no_ncu:
-        res = part("ncu: shared-memory bank conflicts at the seed shape",
-                   lambda: ncu_bank_conflicts(out / "ncu03.txt", log=log))
-        if res is not None:
-            doc["ncu"] = res
-            print(ncu_table(res), flush=True)
-    save()
-    log(f"done: {out / 'bench03.json'}" + (f"; {n_bad} correctness failures" if n_bad else ""))
-    return 0
+        r.doc["peaks"] = asdict(peaks)
+        r.log(f"  {peaks}")
+        r.save()
+    sets = CH.bench.time_sets
+    rows += r.part("table", lambda: steps_table(tuple(s for s in sets if s != "large"), peaks=peaks, progress=False,
+                                                log=r.log)) or []
+    r.save()
+    if "large" in sets:
+        rows += r.part("large", lambda: steps_table(("large",), earlier=False, causal_seed=False, peaks=peaks,
+                                                    progress=False, log=r.log)) or []
+        r.save()
+    print(markdown(rows), flush=True)
+    found = r.part("ncu", lambda: ncu_bank_conflicts(r.side("ncu03", ".txt"), log=r.log), store="ncu")
+    if found is not None:
+        print(ncu_table(found), flush=True)
+    if n_bad:
+        r.log(f"{n_bad} correctness failures")
+    return 1 if n_bad else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":        # the process ncu profiles (ncu_bank_conflicts starts it)
+    if sys.argv[1:] != ["--ncu-target"]:
+        sys.exit("python -m flashtutor.bench.ch03 --ncu-target: the process ncu profiles; "
+                 "the chapter's run is `flashtutor bench 03`")
+    _ncu_target()

@@ -1,8 +1,8 @@
 """Chapter 4's tile sweep: time a Triton attention kernel over BLOCK_M × BLOCK_N × num_warps × num_stages.
 
-    from flashtutor.kernels import sweep04
-    rows = sweep04.sweep("teaching", Problem(1, 16, 1024, 64))     # one dict per configuration
-    sweep04.heatmap(rows)                                            # BLOCK_M×BLOCK_N against warps×stages
+    from flashtutor.bench import ch04
+    rows = ch04.sweep("teaching", Problem(1, 16, 1024, 64))        # one dict per configuration
+    ch04.heatmap(rows)                                               # BLOCK_M×BLOCK_N against warps×stages
 
 Every configuration is compiled first (in parallel worker processes when there are many: Triton's
 compiler runs on one CPU core, and its on-disk cache hands the result to this process), checked
@@ -10,21 +10,30 @@ against SDPA's output, then timed with :func:`flashtutor.timing.event_times` (CU
 flushed before every call, median). A configuration that does not fit the GPU (shared memory,
 registers) is recorded with its error instead of a time.
 
-``python -m flashtutor.kernels.sweep04 OUT_DIR`` runs the chapter's whole measurement (correctness of
-both kernels on every shape set, the sweeps, the table against SDPA) and writes JSON files there.
+``flashtutor bench 04 [--out FILE]`` runs the chapter's whole measurement (correctness of both kernels
+on every shape set, the sweeps, the table against SDPA) into one results file; ``--dry`` runs it on tiny
+shapes through Triton's interpreter (a test of this module, not a measurement).
 """
 from __future__ import annotations
 
 import importlib
 import itertools
-import json
 import math
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass
 
-KERNELS = {"teaching": "flashtutor.kernels.k04_triton_fa2", "hopper": "flashtutor.kernels.k04_triton_fa2_hopper"}
+from ..chapters import get_chapter
+
+CH = get_chapter("04")
+KERNELS = {s.label: s.module for s in CH.steps}      # "teaching" (the solution), "hopper" (the tuned reference)
+PARTS = {"precompile": "compile every configuration the sweeps need, in parallel",
+         "checks": "correctness of both kernels on every shape set, causal and not",
+         "sweeps": "sweeps: every configuration of both kernels at the seed and S 4096 shapes",
+         "long": "the longest shapes: the best 6 configurations of the matching shorter sweep",
+         "table": "the table against SDPA"}
+BUDGET_S = 300.0            # later parts are skipped past this many seconds (--budget-s)
 GRID = {"BLOCK_M": (64, 128), "BLOCK_N": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
 
 
@@ -249,9 +258,10 @@ def teaching_ptx(D: int = 64, causal: bool = False, arch: int = 90) -> str:
 
 # ---- the chapter's whole measurement (one GPU call) ------------------------------------------
 def target_problems():
-    """The shapes the chapter's targets name: the seed shape, and S 4096/8192 with D 64 and 128."""
+    """The shapes the chapter's targets name (its timed sets): the seed shape, and S 4096/8192 with D 64
+    and 128, causal and not."""
     from ..problems import SHAPE_SETS
-    base = [SHAPE_SETS["seed"][0]] + [p for p in SHAPE_SETS["large"]]
+    base = [p for s in CH.bench.time_sets for p in SHAPE_SETS[s]]
     return [p.replace(causal=c) for p in base for c in (False, True)]
 
 
@@ -261,9 +271,9 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def check_all(sets=("cpu", "odd", "seed", "small", "large"), log=print) -> list[dict]:
+def check_all(sets=CH.bench.check_sets, log=print) -> list[dict]:
     """Correctness of both kernels on every shape of ``sets``, causal and not (one seed each)."""
-    from ..bench import check_steps
+    from .tables import check_steps
     from ..problems import SHAPE_SETS
     fns = {name: importlib.import_module(m).attention for name, m in KERNELS.items()}
     probs = list(dict.fromkeys(p0.replace(causal=c) for s in sets for p0 in SHAPE_SETS[s] for c in (False, True)))
@@ -305,29 +315,13 @@ def table_vs_sdpa(problems, *, best_fixed=None, reps=30, peaks=None) -> list[dic
     return rows
 
 
-def main(argv=None):
-    import argparse
+def run(r) -> int:
+    """``flashtutor bench 04``: the parts into ``r`` (a :class:`flashtutor.bench.runner.Run`); with
+    ``r.dry``, tiny shapes and three configurations through the interpreter."""
+    from ..problems import SHAPE_SETS, Problem
 
-    from ..env import describe
-    from ..problems import Problem
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", help="folder for the JSON results")
-    ap.add_argument("--budget-s", type=float, default=300.0, help="skip later parts past this many seconds")
-    ap.add_argument("--dry", action="store_true", help="tiny shapes through the interpreter: tests this script")
-    a = ap.parse_args(argv)
-    os.makedirs(a.out, exist_ok=True)
-    t_start = time.perf_counter()
-    results: dict = {"env": describe()}
-
-    def log(msg):
-        print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
-
-    def save():
-        with open(os.path.join(a.out, "sweep04.json"), "w") as f:
-            json.dump(results, f, indent=1, default=str)
-
-    if a.dry:
+    results = r.doc
+    if r.dry:
         seed, big64, big128 = Problem(1, 2, 64, 64), Problem(1, 2, 96, 64), Problem(1, 2, 96, 128)
         long64, long128 = Problem(1, 1, 128, 64), Problem(1, 1, 128, 128)
         cfgs = [Config(16, 16, 4, 1), Config(32, 16, 4, 1), Config(16, 32, 4, 1)]
@@ -337,86 +331,91 @@ def main(argv=None):
         seed, big64, big128 = Problem(1, 16, 1024, 64), Problem(4, 32, 4096, 64), Problem(4, 32, 4096, 128)
         long64, long128 = Problem(2, 32, 8192, 64), Problem(2, 32, 8192, 128)
         cfgs = all_configs()
-        sets = ("cpu", "odd", "seed", "small", "large")
+        sets = CH.bench.check_sets
         targets = target_problems()
-    # 1. compile everything the sweeps need, in parallel
     teach_probs = [seed, big64, big128, big128.replace(causal=True)]
     hop_probs = [seed, seed.replace(causal=True), big64, big64.replace(causal=True), big128, big128.replace(causal=True)]
-    jobs, seen = [], set()
-    for kernel, probs in (("teaching", teach_probs), ("hopper", hop_probs)):
-        for p in probs:
-            for c in cfgs:
-                key = (kernel, p.D, p.causal, c)
-                if key not in seen:
-                    seen.add(key)
-                    jobs.append((kernel, p.shape, p.causal, c.kwargs()))
-    # the teaching kernel's fixed configuration at the checked shapes (S = 1 and odd S compile apart)
-    from ..problems import SHAPE_SETS
-    teach_cfg = importlib.import_module(KERNELS["teaching"]).CONFIGS
-    for set_name in sets:
-        for p in SHAPE_SETS[set_name]:
-            for c in (False, True):
-                key = ("teaching", p.D, c, "fixed", p.S == 1, p.S % 16 == 0)
-                if key not in seen and not a.dry:
-                    seen.add(key)
-                    jobs.append(("teaching", p.shape, c, teach_cfg[p.D]))
-    pc = precompile(jobs, workers=1 if a.dry else None)
-    results["precompile"] = {"jobs": len(jobs), "wall_s": pc["wall_s"], "sum_compile_s": pc["sum_compile_s"],
-                             "workers": pc["workers"],
-                             "per_job": [(j[0], j[1][3], j[2], j[3], r["compile_s"], r.get("error"))
-                                         for j, r in zip(jobs, pc["results"])]}
-    n_bad = sum(1 for r in pc["results"] if not r["ok"])
-    log(f"precompiled {len(jobs)} configurations in {pc['wall_s']:.0f} s on {pc['workers']} workers "
-        f"(sum of compile times {pc['sum_compile_s']:.0f} s), {n_bad} failed")
-    save()
-    results["checks"] = check_all(sets, log)
-    save()
-    # 2. sweeps
+
+    def compile_all():          # 1. compile everything the sweeps need, in parallel
+        jobs, seen = [], set()
+        for kernel, probs in (("teaching", teach_probs), ("hopper", hop_probs)):
+            for p in probs:
+                for c in cfgs:
+                    key = (kernel, p.D, p.causal, c)
+                    if key not in seen:
+                        seen.add(key)
+                        jobs.append((kernel, p.shape, p.causal, c.kwargs()))
+        # the teaching kernel's fixed configuration at the checked shapes (S = 1 and odd S compile apart)
+        teach_cfg = importlib.import_module(KERNELS["teaching"]).CONFIGS
+        for set_name in sets:
+            for p in SHAPE_SETS[set_name]:
+                for c in (False, True):
+                    key = ("teaching", p.D, c, "fixed", p.S == 1, p.S % 16 == 0)
+                    if key not in seen and not r.dry:
+                        seen.add(key)
+                        jobs.append(("teaching", p.shape, c, teach_cfg[p.D]))
+        pc = precompile(jobs, workers=1 if r.dry else None)
+        n_bad = sum(1 for x in pc["results"] if not x["ok"])
+        r.log(f"precompiled {len(jobs)} configurations in {pc['wall_s']:.0f} s on {pc['workers']} workers "
+              f"(sum of compile times {pc['sum_compile_s']:.0f} s), {n_bad} failed")
+        return {"jobs": len(jobs), "wall_s": pc["wall_s"], "sum_compile_s": pc["sum_compile_s"],
+                "workers": pc["workers"], "per_job": [(j[0], j[1][3], j[2], j[3], x["compile_s"], x.get("error"))
+                                                      for j, x in zip(jobs, pc["results"])]}
+    r.part("precompile", compile_all, store="precompile")
+    r.part("checks", lambda: check_all(sets, r.log), store="checks")
     results["sweeps"] = []
-    for kernel, probs in (("teaching", teach_probs), ("hopper", hop_probs)):
-        for p in probs:
-            rows = sweep(kernel, p, cfgs, compile_first=False, reps=15)
-            results["sweeps"].append({"kernel": kernel, "problem": p.name, "shape": p.shape, "causal": p.causal,
-                                      "rows": rows})
-            log(f"sweep {kernel:8s} {p.name:28s} best " + ", ".join(f"{r['label']} {r['us']:.1f}µs" for r in best(rows, 3)))
-            save()
-    # 3. the longest shapes: the best 6 configurations of the matching shorter sweep
-    for p, src_p in ((long64, big64), (long128, big128)):
-        for c in (False, True):
-            p2 = p.replace(causal=c)
-            src = next(s for s in results["sweeps"] if s["kernel"] == "hopper" and s["problem"] == src_p.replace(causal=c).name)
-            top = [Config(r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]) for r in best(src["rows"], 6)]
-            rows = sweep("hopper", p2, top, compile_first=False, reps=10)
-            results["sweeps"].append({"kernel": "hopper", "problem": p2.name, "shape": p2.shape, "causal": c, "rows": rows})
-            log(f"sweep hopper   {p2.name:28s} best " + ", ".join(f"{r['label']} {r['us']:.1f}µs" for r in best(rows, 3)))
-            save()
-    # 4. the table against SDPA
-    peaks = None
-    if not a.dry:
-        from ..roofline import measure_peaks
-        peaks = measure_peaks()
-        results["peaks"] = asdict(peaks)
-    best_fixed = {}
-    for s in results["sweeps"]:
-        if s["kernel"] == "hopper" and best(s["rows"]):
-            b = best(s["rows"])[0]
-            best_fixed[s["problem"]] = {kk: b[kk] for kk in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
-    results["table"] = []
-    for p in targets:
-        if time.perf_counter() - t_start > a.budget_s:
-            log("budget spent: table cut short")
-            break
-        results["table"] += table_vs_sdpa([p], best_fixed=best_fixed, reps=5 if a.dry else 30, peaks=peaks)
-        save()
-    log("table: speed = SDPA's time / the kernel's time (the target for 'tuned' is ≥ 0.9)")
-    print(f"{'problem':30s} {'SDPA µs':>9s} {'teach':>7s} {'tuned':>7s} {'1cfg':>7s}  TFLOP/s sdpa/teach/tuned  autotuned")
-    for r in results["table"]:
-        s, tf = r["speed_vs_sdpa"], r["tflops"]
-        print(f"{r['problem']:30s} {r['us']['sdpa']:9.1f} {s['teaching']:7.3f} {s['tuned']:7.3f} "
-              f"{s.get('tuned, one config', math.nan):7.3f}  {tf['sdpa']:.0f}/{tf['teaching']:.0f}/{tf['tuned']:.0f}"
-              f"  {r['autotuned']}")
-    save()
 
+    def sweeps():               # 2. the sweeps
+        for kernel, probs in (("teaching", teach_probs), ("hopper", hop_probs)):
+            for p in probs:
+                rows = sweep(kernel, p, cfgs, compile_first=False, reps=15)
+                results["sweeps"].append({"kernel": kernel, "problem": p.name, "shape": p.shape, "causal": p.causal,
+                                          "rows": rows})
+                r.log(f"sweep {kernel:8s} {p.name:28s} best "
+                      + ", ".join(f"{x['label']} {x['us']:.1f}µs" for x in best(rows, 3)))
+                r.save()
+    r.part("sweeps", sweeps)
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def longest():              # 3. the longest shapes: the best 6 configurations of the matching shorter sweep
+        for p, src_p in ((long64, big64), (long128, big128)):
+            for c in (False, True):
+                p2 = p.replace(causal=c)
+                src = next(s for s in results["sweeps"]
+                           if s["kernel"] == "hopper" and s["problem"] == src_p.replace(causal=c).name)
+                top = [Config(x["BLOCK_M"], x["BLOCK_N"], x["num_warps"], x["num_stages"]) for x in best(src["rows"], 6)]
+                rows = sweep("hopper", p2, top, compile_first=False, reps=10)
+                results["sweeps"].append({"kernel": "hopper", "problem": p2.name, "shape": p2.shape, "causal": c,
+                                          "rows": rows})
+                r.log(f"sweep hopper   {p2.name:28s} best "
+                      + ", ".join(f"{x['label']} {x['us']:.1f}µs" for x in best(rows, 3)))
+                r.save()
+    r.part("long", longest)
+
+    def table():                # 4. the table against SDPA
+        peaks = None
+        if not r.dry:
+            from ..roofline import measure_peaks
+            peaks = measure_peaks()
+            results["peaks"] = asdict(peaks)
+        best_fixed = {}
+        for s in results["sweeps"]:
+            if s["kernel"] == "hopper" and best(s["rows"]):
+                b = best(s["rows"])[0]
+                best_fixed[s["problem"]] = {kk: b[kk] for kk in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
+        results["table"] = []
+        for p in targets:
+            if r.budget_s is not None and r.elapsed() > r.budget_s:
+                r.log("budget spent: table cut short")
+                break
+            results["table"] += table_vs_sdpa([p], best_fixed=best_fixed, reps=5 if r.dry else 30, peaks=peaks)
+            r.save()
+        r.log("table: speed = SDPA's time / the kernel's time (the target for 'tuned' is ≥ 0.9)")
+        print(f"{'problem':30s} {'SDPA µs':>9s} {'teach':>7s} {'tuned':>7s} {'1cfg':>7s}  "
+              "TFLOP/s sdpa/teach/tuned  autotuned")
+        for x in results["table"]:
+            s, tf = x["speed_vs_sdpa"], x["tflops"]
+            print(f"{x['problem']:30s} {x['us']['sdpa']:9.1f} {s['teaching']:7.3f} {s['tuned']:7.3f} "
+                  f"{s.get('tuned, one config', math.nan):7.3f}  {tf['sdpa']:.0f}/{tf['teaching']:.0f}/{tf['tuned']:.0f}"
+                  f"  {x['autotuned']}", flush=True)
+    r.part("table", table)
+    return 0

@@ -1,6 +1,6 @@
 """Chapter 5's measurements: the CUTLASS configuration sweep, the pipeline against SDPA, the memory story.
 
-    python -m flashtutor.kernels.bench05 OUT_DIR          # on a Hopper GPU, with nvcc; ~5-8 minutes
+    flashtutor bench 05 [--out FILE]          # on a Hopper GPU, with nvcc; ~5-8 minutes
 
 1. builds every sweep configuration in one parallel nvcc run (and records ptxas's warnings per unit);
 2. checks the reference pipeline (the chapter's solution) on the seed, small and odd shapes, causal
@@ -12,22 +12,29 @@
 6. the crossover series over S = 512 … 16384 (B=1, H=16, D=64) with the score matrix's bytes against
    the L2 size.
 
-Every step catches its own failure, prints it and goes on; results go to ``OUT_DIR/bench05.json``.
-The notebook calls the same functions with fewer shapes.
+Every part catches its own failure, prints it and goes on; results go to one results file (the crossover
+plot beside it, ``crossover05-<gpu>-<date>.png``). The notebook calls the same functions with fewer shapes.
 """
 from __future__ import annotations
 
-import json
 import math
-import sys
-import time
-import traceback
-from pathlib import Path
 
+from ..chapters import get_chapter
 from ..loaders.cutlass import GemmConfig
-from ..problems import Problem
+from ..problems import Problem, shape_set
 
-SEED = Problem(1, 16, 1024, 64)
+CH = get_chapter("05")
+SEED = shape_set("seed")[0]                  # B1 H16 S1024 D64
+PARTS = {"peaks": "measure this GPU's copy bandwidth and matmul rate",
+         "build": "build the sweep (one parallel nvcc run)",
+         "reference": "reference GEMMs (found in the sweep's library)",
+         "checks": "correctness of the reference (= the solution)",
+         "gemms": "each GEMM against cuBLAS (torch.bmm)",
+         "pipeline": "the pipeline per configuration at the seed shape",
+         "versus": "reference vs SDPA, chapter 4 and FlashAttention",
+         "extras": "seed shape: graph-replayed and warm-L2 times",
+         "memory": "score-matrix bytes vs L2",
+         "crossover": "crossover series over S"}
 
 # QKᵀ candidates. The seed report's configuration first: 64×128×64 tiles, KernelTmaWarpSpecialized and
 # the epilogue CUTLASS's "auto" picks for it (NoSmem: registers straight to global memory).
@@ -52,7 +59,7 @@ PV_SWEEP = [
 # the wgmma pipeline (warning C7510). Timed beside the others to show what the warning costs.
 C7510_DEMO = GemmConfig("qk", (64, 128, 64), (1, 1), "ws", "nosmem", ndebug=False)
 GEMM_SHAPES = [(1, 16, 1024, 64), (1, 16, 1024, 128), (8, 16, 512, 64), (1, 16, 4096, 64)]
-CROSSOVER_S = (512, 1024, 2048, 4096, 8192, 16384)
+CROSSOVER_S = tuple(S for _, _, S, _ in CH.bench.shapes)     # the manifest's crossover series, B1 H16 D64
 
 
 def log(msg: str = ""):
@@ -63,7 +70,7 @@ def sweep_configs(reference=True) -> list[GemmConfig]:
     """Everything one build needs: the sweep, the C7510 demonstration and the reference's pair per D."""
     out = QK_SWEEP + PV_SWEEP + [C7510_DEMO]
     if reference:
-        from . import k05_three_kernel as ref
+        from ..kernels import k05_three_kernel as ref
         out += [c for D in (64, 128) for c in ref.gemm_configs(D)]
     return list(dict.fromkeys(out))
 
@@ -224,7 +231,7 @@ def gemm_table(rows) -> str:
 def pipeline_steps(lib, *, D=64) -> dict:
     """{label: attention callable}: each QK configuration with the reference's PV, and each PV
     configuration (whose tile N suits D) with the reference's QK."""
-    from . import k05_three_kernel as ref
+    from ..kernels import k05_three_kernel as ref
     qk_ref, pv_ref = ref.gemm_configs(D)
     steps = {}
     for c in [c for c in lib.configs if c.op == "qk"]:
@@ -235,7 +242,7 @@ def pipeline_steps(lib, *, D=64) -> dict:
 
 
 def _pipe(qk, pv, lib):
-    from . import k05_three_kernel as ref
+    from ..kernels import k05_three_kernel as ref
 
     def attention(q, k, v, *, causal=False):
         return ref.three_kernel(q, k, v, causal=causal, qk=qk, pv=pv, lib=lib)
@@ -298,7 +305,7 @@ def seed_claims(rows: list[dict], graph: dict | None = None, hot: dict | None = 
 # ------------------------------------------------------------------------------ memory story ---
 def memory_rows(S_list=CROSSOVER_S, B=1, H=16, D=64, l2_bytes=None) -> list[dict]:
     """Bytes of the fp32 score matrix per S against the L2 (no GPU needed if l2_bytes is given)."""
-    from . import k05_three_kernel as ref
+    from ..kernels import k05_three_kernel as ref
     if l2_bytes is None:
         import torch
         l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
@@ -318,8 +325,8 @@ def crossover(S_list=CROSSOVER_S, B=1, H=16, D=64, *, check_up_to=4096, reps=15)
 
     from ..check import check_output
     from ..timing import compare, pinned_sdpa
-    from . import k04_triton_fa2_hopper as ch4
-    from . import k05_three_kernel as ref
+    from ..kernels import k04_triton_fa2_hopper as ch4
+    from ..kernels import k05_three_kernel as ref
     rows = []
     for S in S_list:
         p = Problem(B, H, S, D)
@@ -390,13 +397,13 @@ def plot_crossover(rows, memory=None, ax=None, title=""):
 
 
 # --------------------------------------------------------------------------------------- main ---
-def check_reference(sets=("seed", "small", "odd"), *, large_logits=True) -> list[dict]:
+def check_reference(sets=CH.bench.check_sets, *, large_logits=True) -> list[dict]:
     """check_output of the reference (the chapter's solution) per shape, causal and not."""
     import torch
 
     from ..check import check_output
     from ..problems import shape_set
-    from . import k05_three_kernel as ref
+    from ..kernels import k05_three_kernel as ref
     probs = [p.replace(causal=c) for s in sets for p in shape_set(s) for c in (False, True)]
     if large_logits:
         probs += [SEED.replace(qk_std=6.0), SEED.replace(qk_std=6.0, causal=True), Problem(2, 3, 113, 128, qk_std=6.0)]
@@ -415,80 +422,60 @@ def check_reference(sets=("seed", "small", "odd"), *, large_logits=True) -> list
     return rows
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    out_dir = Path(argv[0] if argv else "results/ch05")
-    out_dir.mkdir(parents=True, exist_ok=True)
+def run(r) -> int:
+    """``flashtutor bench 05``: the parts into ``r`` (a :class:`flashtutor.bench.runner.Run`)."""
     import torch
 
-    from .. import bench
-    from ..env import describe, describe_line
-    results: dict = {"env": describe()}
-    t_start = time.perf_counter()
-
-    def save():
-        results["wall_s"] = time.perf_counter() - t_start
-        (out_dir / "bench05.json").write_text(json.dumps(results, indent=1, default=str))
-
-    def step(name, fn):
-        log(f"\n== {name}  ({time.perf_counter() - t_start:.0f} s)")
-        try:
-            return fn()
-        except Exception as e:
-            log(f"!! {name} failed: {type(e).__name__}: {e}")
-            traceback.print_exc()
-            results.setdefault("failures", []).append({"step": name, "error": f"{type(e).__name__}: {e}"})
-        finally:
-            save()
-
-    log(describe_line())
+    from ..env import describe_line
+    from ..kernels import k05_three_kernel as ref
+    from ..roofline import datasheet_peaks, measure_peaks
+    from . import tables as bench
+    results = r.doc
     props = torch.cuda.get_device_properties(0)
     results["device"] = {"name": props.name, "sm_count": props.multi_processor_count,
                          "l2_bytes": props.L2_cache_size, "memory_bytes": props.total_memory}
-    log(f"{props.name}: {props.multi_processor_count} SMs, L2 {props.L2_cache_size / 2**20:.0f} MiB")
-    from ..roofline import datasheet_peaks, measure_peaks
-    peaks = step("measure this GPU's copy bandwidth and matmul rate", measure_peaks) or datasheet_peaks(props.name)
+    r.log(f"{props.name}: {props.multi_processor_count} SMs, L2 {props.L2_cache_size / 2**20:.0f} MiB")
+    peaks = r.part("peaks", measure_peaks) or datasheet_peaks(props.name)
     if peaks is not None:
         results["peaks"] = {"hbm_tbs": peaks.hbm_tbs, "tensor_tflops": peaks.tensor_tflops, "source": peaks.source}
-        log(f"{peaks.source}: copy {peaks.hbm_tbs:.2f} TB/s, fp16 matmul {peaks.tensor_tflops:.0f} TFLOP/s")
+        r.log(f"{peaks.source}: copy {peaks.hbm_tbs:.2f} TB/s, fp16 matmul {peaks.tensor_tflops:.0f} TFLOP/s")
 
-    lib = step("build the sweep (one parallel nvcc run)", lambda: build())
+    lib = r.part("build", lambda: build())
     if lib is not None:
         results["build"] = {"seconds": lib.report.seconds, "cached": lib.report.cached, "path": lib.path,
                             "configs": [c.name for c in lib.configs], "warnings": lib.report.warnings,
                             "c7510": lib.report.c7510()}
         for name, ws in lib.report.warnings.items():
-            log(f"  {name}: " + ("; ".join(ws) if ws else "no warnings"))
+            r.log(f"  {name}: " + ("; ".join(ws) if ws else "no warnings"))
 
-    from . import k05_three_kernel as ref
-    step("reference GEMMs (found in the sweep's library)", lambda: ref.build(verbose=True))
+    r.part("reference", lambda: ref.build(verbose=True))
     results["reference_configs"] = {D: [c.name for c in ref.gemm_configs(D)] for D in (64, 128)}
-    results["checks"] = step("correctness of the reference (= the solution)", check_reference)
+    r.part("checks", check_reference, store="checks")
 
     if lib is not None:
         def gemms():
             rows = time_gemms(lib)
             log(gemm_table(rows))
             return rows
-        results["gemms"] = step("each GEMM against cuBLAS (torch.bmm)", gemms)
+        r.part("gemms", gemms, store="gemms")
 
         def pipeline():
             steps = pipeline_steps(lib, D=64)
             rows = bench.steps_table(steps, [SEED, SEED.replace(causal=True)], reps=30, progress=False, peaks=peaks)
             log(bench.markdown(rows, columns=("median", "spread", "vs SDPA")))
-            timed = [r for r in rows if "median_us" in r and r["problem"] == SEED.name and r["step"] != "SDPA"]
+            timed = [x for x in rows if "median_us" in x and x["problem"] == SEED.name and x["step"] != "SDPA"]
             for kind in ("QK", "PV"):
-                mine = [r for r in timed if r["step"].startswith(kind)]
+                mine = [x for x in timed if x["step"].startswith(kind)]
                 if mine:
-                    b = min(mine, key=lambda r: r["median_us"])
+                    b = min(mine, key=lambda x: x["median_us"])
                     log(f"  fastest {kind} at the seed shape: {b['step']} ({b['median_us']:.1f} µs)")
             log("  the solution's gemm_configs(64): " + ", ".join(c.short() for c in ref.gemm_configs(64)))
             return rows
-        results["pipeline"] = step("the pipeline per configuration at the seed shape", pipeline)
+        r.part("pipeline", pipeline, store="pipeline")
 
     def versus():
-        steps = {"3-kernel (reference)": "flashtutor.kernels.k05_three_kernel",
-                 "ch4 Triton (Hopper)": "flashtutor.kernels.k04_triton_fa2_hopper",
+        steps = {CH.step("5").label: CH.step("5").module,
+                 "ch4 Triton (Hopper)": get_chapter("04").step("4b").module,
                  "SDPA FlashAttention-2 backend": sdpa_flash}
         fa3 = fa3_step()
         if fa3:
@@ -500,7 +487,7 @@ def main(argv=None):
         rows = bench.steps_table(steps, probs, reps=30, progress=False, skip=skip, peaks=peaks)
         log(bench.markdown(rows, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")))
         return rows
-    results["versus"] = step("reference vs SDPA, chapter 4 and FlashAttention", versus)
+    r.part("versus", versus, store="versus")
 
     def extras():
         from ..timing import compare, graph_times, pinned_sdpa
@@ -510,7 +497,7 @@ def main(argv=None):
         graph = {n: graph_times(f).median_us for n, f in fns.items()}
         hot = {n: s.median_us for n, s in compare(fns, reps=50, flush_l2=False).items()}
         return {"graph": graph, "hot": hot}
-    ex = step("seed shape: graph-replayed and warm-L2 times", extras) or {}
+    ex = r.part("extras", extras) or {}
     results["seed_extras"] = ex
     if results.get("versus"):
         claims = seed_claims(results["versus"], ex.get("graph"), ex.get("hot"))
@@ -520,24 +507,17 @@ def main(argv=None):
             verdict = "" if c["holds"] is None else ("HOLDS" if c["holds"] else "does NOT hold")
             log(f"  {c['claim']}: {c['measured']} {verdict}")
 
-    results["memory"] = step("score-matrix bytes vs L2", lambda: memory_rows())
-    for m in results.get("memory") or []:
+    for m in r.part("memory", lambda: memory_rows(), store="memory") or []:
         log(f"  S={m['S']:>5}: fp32 scores {m['score_bytes'] / 2**20:8.0f} MiB  "
             f"{'fits in' if m['fits_l2'] else 'exceeds'} L2; S² traffic {100 * m['s2_share']:.0f}% of the pipeline's bytes")
-    results["crossover"] = step("crossover series over S", lambda: crossover())
-    if results.get("crossover"):
+    if r.part("crossover", lambda: crossover(), store="crossover"):
         results["crossings"] = {b: crossings(results["crossover"], b=b) for b in ("SDPA", "ch4 Triton (Hopper)")}
         log(f"  crossings (S where the 3-kernel and the other swap order): {results['crossings']}")
         try:
             import matplotlib
             matplotlib.use("Agg")
             ax = plot_crossover(results["crossover"], results.get("memory"), title=describe_line())
-            ax.figure.savefig(out_dir / "crossover05.png", bbox_inches="tight")
+            ax.figure.savefig(r.side("crossover05", ".png"), bbox_inches="tight")
         except Exception as e:
             log(f"  (plot failed: {e})")
-    save()
-    log(f"\nwrote {out_dir / 'bench05.json'} in {time.perf_counter() - t_start:.0f} s")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,10 +1,10 @@
 """Chapter 7's measurements: the three Hopper steps beside SDPA — read from the results files, or
 measured here on an sm_90 GPU.
 
-    from flashtutor.kernels import bench07
-    runs = bench07.stored()                       # every results/ch07-*, grade07-*, bench07-* file (any machine)
-    rows = bench07.measure(probs, peaks)          # GPU: each step checked, then timed with SDPA in one loop
-    python -m flashtutor.kernels.bench07 OUT_DIR  # the same on a GPU, saved to OUT_DIR/bench07.json
+    from flashtutor.bench import ch07
+    runs = ch07.stored()                          # every results/ch07-*, grade07-*, bench07-* file (any machine)
+    rows = ch07.measure(probs, peaks)             # GPU: each step checked, then timed with SDPA in one loop
+    flashtutor bench 07 [--skip large]            # the same on an sm_90 GPU, saved to results/bench07-….json
 
 A *row* is one (step, shape): ``us`` and ``sdpa_us`` (median GPU time per call, the step's and SDPA's
 in the same process), ``ratio`` = us / sdpa_us (above 1: slower than SDPA), ``tflops`` (4·B·H·S²·D per
@@ -14,18 +14,15 @@ SDPA, and then said to be so.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-from ..chapters import ROOT
+from ..chapters import ROOT, get_chapter
 
-STEPS = {   # step → module (its attention(q, k, v, *, causal))
-    "7a": "flashtutor.kernels.k07a_wgmma_tma",
-    "7b": "flashtutor.kernels.k07b_warp_specialized",
-    "7c": "flashtutor.kernels.k07c_pingpong",
-}
+CH = get_chapter("07")
+STEPS = {s.label: s.module for s in CH.steps}     # step → module (its attention(q, k, v, *, causal))
+PARTS = {"peaks": "peaks (copy bandwidth, fp16 matmul)", "seed": "the steps at the seed shape, causal and not",
+         "large": "the steps on the large set, causal and not"}
 LABELS = {"7a": "7a one warpgroup, TMA ring, wgmma", "7b": "7b warp-specialized (the solution)",
           "7c": "7c ping-pong + softmax under P·V", "SDPA": "SDPA"}
 PROTOCOLS = {
@@ -33,7 +30,7 @@ PROTOCOLS = {
              "first, then SDPA (cuDNN, pinned) on the same inputs, in one process"),
     "grade": ("the grader's (`flashtutor grade 07 --solution`): GPU time per call from gated back-to-back "
               "batches, fresh inputs out of L2, alternating with SDPA (cuDNN, pinned) in the judge's process"),
-    "bench07": ("flashtutor.kernels.bench07.measure: CUDA events, L2 flushed before each call, the steps and "
+    "bench07": ("flashtutor.bench.ch07.measure: CUDA events, L2 flushed before each call, the steps and "
                 "SDPA (pinned) alternately in one loop, medians"),
 }
 
@@ -325,9 +322,9 @@ def targets(rows: list[dict], step: str = "7c") -> list[str]:
 
 # ---------------------------------------------------------------- measuring (GPU) ----------------
 def problems(*, large: bool = True):
-    """The seed shape and (with ``large``) the grader's large set, causal and not."""
-    from ..bench import problems as _problems
-    sets = ("seed", "large") if large else ("seed",)
+    """The chapter's timed sets (the seed shape and, with ``large``, the grader's large set), causal and not."""
+    from .tables import problems as _problems
+    sets = tuple(s for s in CH.bench.time_sets if large or s != "large")
     return _problems(*sets, causal=(False, True))
 
 
@@ -426,27 +423,21 @@ def gains_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Chapter 7's steps against SDPA on an sm_90 GPU")
-    ap.add_argument("out_dir", type=Path)
-    ap.add_argument("--seed-only", action="store_true", help="only the seed shape (a quick run)")
-    a = ap.parse_args(argv)
-    import torch
-
-    from ..bench import save
+def run(r) -> int:
+    """``flashtutor bench 07``: every step at the seed shape, then on the large set, into ``r`` (a
+    :class:`flashtutor.bench.runner.Run`)."""
     from ..roofline import measure_peaks
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        print("chapter 7's kernels need an sm_90 GPU (H100/H200)")
-        return 3
-    peaks = measure_peaks()
-    rows = measure(problems(large=not a.seed_only), peaks)
-    doc = save(rows, a.out_dir / "bench07.json", peaks={"name": peaks.name, "tensor_tflops": peaks.tensor_tflops,
-                                                        "hbm_tbs": peaks.hbm_tbs, "source": peaks.source})
+    from .tables import problems as _problems
+    peaks = r.part("peaks", measure_peaks)
+    if peaks is None:
+        return 1
+    r.doc["peaks"] = {"name": peaks.name, "tensor_tflops": peaks.tensor_tflops, "hbm_tbs": peaks.hbm_tbs,
+                      "source": peaks.source}
+    rows = r.doc.setdefault("rows", [])
+    for key in ("seed", "large"):
+        if key in CH.bench.time_sets:
+            rows += r.part(key, lambda s=key: measure(_problems(s, causal=(False, True)), peaks, log=r.log)) or []
+            r.save()
     print(table(rows, peaks))
     print(gains_table(rows))
-    print(f"saved {a.out_dir / 'bench07.json'} ({doc['env'].get('gpu')}, {doc['env'].get('date')})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,8 @@
 
     from flashtutor import bench
     rows = bench.steps_table({"ch1 reference": "flashtutor.kernels.k01_naive_three_pass",
-                              "tiled": "flashtutor.kernels.k02_smem_tiles"}, bench.problems("seed", "small"))
-    bench.save(rows, "results/bench-ch02.json")        # with the GPU's name, versions and the date
+                              "tiled": "flashtutor.kernels.k02b_smem_tiles"}, bench.problems("seed", "small"))
+    bench.save(rows, "results/bench-ch02.json")        # with the GPU's name, versions and the date (runner.save)
     bench.markdown(rows)                               # one line per (shape, step)
 
 A step is a module path (its ``attention`` is called) or any ``attention(q, k, v, *, causal)``
@@ -16,11 +16,9 @@ algorithm implies; the table then shows it and the bandwidth the step reached wi
 from __future__ import annotations
 
 import importlib
-import json
-from pathlib import Path
 from typing import Callable
 
-from .problems import Problem, shape_set
+from ..problems import Problem, shape_set
 
 
 def problems(*sets: str, causal: tuple[bool, ...] = (False,)) -> list[Problem]:
@@ -40,9 +38,9 @@ def steps_table(steps: dict, probs, *, reps: int = 30, max_seconds: float = 10.0
     reason to leave a step out of a shape (e.g. a naive kernel on a shape where it needs seconds)."""
     import torch
 
-    from .check import check_output
-    from .roofline import measure_peaks
-    from .timing import compare, graph_times, pinned_sdpa
+    from ..check import check_output
+    from ..roofline import measure_peaks
+    from ..timing import compare, graph_times, pinned_sdpa
 
     peaks = peaks or measure_peaks()
     resolved = {name: _resolve(s) for name, s in steps.items()}
@@ -105,8 +103,8 @@ def check_steps(fns: dict, probs, make_inputs: Callable, *, log=print, free_memo
     a callable that raises gets its message instead. Logs the count and every failure."""
     import torch
 
-    from .check import check_output
-    from .problems import reference, sdpa
+    from ..check import check_output
+    from ..problems import reference, sdpa
 
     res = []
     for i, p in enumerate(probs):
@@ -129,28 +127,6 @@ def check_steps(fns: dict, probs, make_inputs: Callable, *, log=print, free_memo
     bad = [r for r in res if not r["ok"]]
     log(f"correctness: {len(res) - len(bad)}/{len(res)} pass" + "".join(f"\n  FAIL {r}" for r in bad))
     return res
-
-
-def save(rows: list[dict], path, **extra) -> dict:
-    from .env import describe
-    doc = {"env": describe(), "rows": rows, **extra}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=1, default=str))
-    return doc
-
-
-def load(path) -> dict:
-    return json.loads(Path(path).read_text())
-
-
-def env_line(env: dict) -> str:
-    parts = [env.get("gpu", "?"), f"torch {env.get('torch')}"]
-    if env.get("cudnn"):
-        parts.append(f"cuDNN {env['cudnn']}")
-    if env.get("triton"):
-        parts.append(f"triton {env['triton']}")
-    parts.append(str(env.get("date")))
-    return " · ".join(parts)
 
 
 def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")) -> str:
@@ -185,5 +161,5 @@ def _bytes(b) -> str:
 
 
 def _bar(total, label):
-    from .progress import Progress
+    from ..progress import Progress
     return Progress(total, label)

@@ -128,7 +128,7 @@ def fa2_tma_kernel(
 
 # ---- configurations ------------------------------------------------------------------------
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per (D, causal): the best few of the chapter's sweep on
-# an H200 (flashtutor/kernels/sweep04.py; the notebook shows it). The autotuner times each the first
+# an H200 (flashtutor/bench/ch04.py; the notebook shows it). The autotuner times each the first
 # time it meets a (D, causal, S bucket) and keeps the fastest.
 TUNED: dict[tuple[int, bool], list[tuple[int, int, int, int]]] = {
     (64, False): [(64, 128, 4, 2), (64, 128, 4, 3), (64, 64, 4, 3)],

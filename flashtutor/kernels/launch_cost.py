@@ -1,0 +1,1 @@
+from flashtutor.bench.launch_cost import *  # moved; notebooks are updated at the next re-execution

@@ -1,0 +1,145 @@
+"""`flashtutor bench NN`, the one runner of the chapters' benchmarks, as far as a CPU machine can see it.
+
+* without a GPU it measures nothing and says so in one line, exit code 3 (`--dry` is offered where the
+  chapter has one); a bad request is one line and exit code 2;
+* a run writes one JSON file with the environment stamp, a part that fails is recorded and the next one
+  runs, skipped parts are logged, companion files sit beside the results file;
+* chapter 6's `--dry` run goes through the real runner end to end on tiny shapes (Triton's interpreter).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flashtutor.bench import runner
+from flashtutor.chapters import ROOT, get_chapter
+
+
+def flashtutor(*args, cwd=None, timeout=600):
+    env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(ROOT))
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-m", "flashtutor", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def one_line(p) -> str:
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == "", (p.stdout, p.stderr)
+    return lines[0]
+
+
+def _gpu() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+needs_no_gpu = pytest.mark.skipif(_gpu(), reason="checks what a machine without a GPU answers")
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("chapter,dry_hint", [("02", False), ("06", True)])
+def test_without_a_gpu_bench_says_so_in_one_line(tmp_path, chapter, dry_hint):
+    p = flashtutor("bench", chapter, "--out", tmp_path / "out.json", cwd=tmp_path)
+    line = one_line(p)
+    assert p.returncode == 3, (p.returncode, line)
+    assert line.startswith("flashtutor bench: no CUDA GPU visible to torch here") and "nothing was measured" in line
+    assert ("--dry" in line) == dry_hint, line
+    assert list(tmp_path.iterdir()) == []                 # no results file for what did not run
+
+
+@pytest.mark.parametrize("args,words", [
+    (("bench", "09"), ["unknown chapter '09'"]),
+    (("bench", "01"), ["chapter 01 has no benchmark of its own", "02, 03, 04, 05, 06, 07"]),
+    (("bench", "05", "--dry"), ["no --dry run", "04, 06"]),
+    (("bench", "06", "--dry", "--skip", "nope"), ["no part 'nope'", "checks, launch, table, sweeps, grader"]),
+])
+def test_a_bad_request_is_one_line_and_exit_code_2(tmp_path, args, words):
+    p = flashtutor(*args, cwd=tmp_path)
+    line = one_line(p)
+    assert p.returncode == 2, (p.returncode, line)
+    for w in words:
+        assert w in line, line
+
+
+def test_a_gpu_of_another_architecture_is_told_before_anything_runs(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    for key in ("05", "07"):
+        with pytest.raises(runner.NotRun, match=r"need sm_90a?.*A100-SXM4-80GB\) is sm_80"):
+            runner.where_it_runs(get_chapter(key), dry=False)
+    runner.where_it_runs(get_chapter("03"), dry=False)     # any CUDA GPU runs chapter 3's
+
+
+# ---------------------------------------------------------------- the Run ------------------------
+def test_results_file_names():
+    assert runner.gpu_tag("NVIDIA H100 80GB HBM3") == "h100" and runner.gpu_tag("NVIDIA H200") == "h200"
+    assert runner.gpu_tag("NVIDIA A100-SXM4-80GB") == "a100" and runner.gpu_tag("none") == "none"
+    bench = get_chapter("03").bench
+    env = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-25 10:00 UTC"}
+    assert runner.results_path(bench, env).relative_to(ROOT).as_posix() == "results/bench03-h100-2026-11-25.json"
+
+
+def test_a_second_run_on_the_same_day_does_not_overwrite(tmp_path):
+    bench, env = get_chapter("03").bench, {"gpu": "NVIDIA H200", "date": "2026-11-25 10:00 UTC"}
+    first = runner.results_path(bench, env, tmp_path)
+    first.write_text("{}")
+    assert runner.results_path(bench, env, tmp_path).name == "bench03-h200-2026-11-25-2.json"
+
+
+def test_a_run_stamps_saves_and_survives_a_failing_part(tmp_path, capsys):
+    out = tmp_path / "bench03-h200-2026-11-25.json"
+    r = runner.Run("03", out, parts={"a": "part a", "b": "part b", "c": "part c"}, skip=["c"], progress=False)
+    assert r.part("a", lambda: [1, 2], store="a_rows") == [1, 2]
+    assert r.part("b", lambda: 1 / 0) is None
+    assert r.part("c", lambda: pytest.fail("a skipped part ran")) is None
+    assert r.side("ncu03", ".txt").name == "ncu03-h200-2026-11-25.txt"
+    assert runner.Run("03", tmp_path / "mine.json", progress=False).side("ncu03", ".txt").name == "ncu03-mine.txt"
+    doc = json.loads(out.read_text())
+    assert {"gpu", "driver", "torch", "triton", "cudnn", "date"} <= set(doc["env"])
+    assert doc["a_rows"] == [1, 2] and set(doc["phases"]) == {"a_s", "b_s"} and doc["wall_s"] >= 0
+    (fail,) = doc["failures"]
+    assert fail["part"] == "b" and fail["error"].startswith("ZeroDivisionError") and "1 / 0" in fail["traceback"]
+    log = capsys.readouterr().out
+    assert "== part a" in log and "b failed" in log and "part c: skipped (--skip c)" in log
+    assert r.skipped == {"c"}
+
+
+def test_a_part_past_the_budget_is_skipped(tmp_path, capsys):
+    r = runner.Run("06", tmp_path / "x.json", parts={"a": "part a"}, budget_s=0.0, progress=False)
+    assert r.part("a", lambda: pytest.fail("ran past the budget")) is None
+    assert "skipped, past the 0 s budget" in capsys.readouterr().out
+
+
+def test_every_bench_module_declares_its_parts_and_a_run():
+    import importlib
+    from flashtutor.chapters import CHAPTERS
+    for ch in CHAPTERS.values():
+        if ch.bench:
+            mod = importlib.import_module(ch.bench.module)
+            assert callable(mod.run) and mod.PARTS, ch.key
+            assert not hasattr(mod, "main"), f"{ch.bench.module}: one entry point, `flashtutor bench {ch.key}`"
+
+
+# ---------------------------------------------------------------- end to end, on the CPU ----------
+def test_chapter_6_dry_run_end_to_end(tmp_path):
+    """`flashtutor bench 06 --dry`: the real runner and chapter module on tiny shapes through Triton's
+    interpreter; one results file in the schema the chapter's readers expect, and its companions."""
+    out = tmp_path / "bench06-dry.json"
+    p = flashtutor("bench", "06", "--dry", "--out", out, "--skip", "sweeps", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["env"]["gpu"] == "none" and doc["env"]["date"] and "failures" not in doc
+    assert {"rows", "peaks", "checks", "l2_copy_tbs", "phases"} <= set(doc)
+    assert all(c["ok"] for c in doc["checks"])
+    steps = {r["step"] for r in doc["rows"]}
+    assert steps == {"ch4 teaching", "ch4 tuned", "SDPA"} | {s.label for s in get_chapter("06").steps}
+    assert {f.name for f in tmp_path.iterdir()} == {out.name, "launch06-dry.json", "grade06-notiming-dry.json"}
+    assert json.loads((tmp_path / "grade06-notiming-dry.json").read_text())["verdict"] == "pass"
+    assert "sweeps_s" not in doc["phases"] and "configuration sweeps (graph-replayed, L2 flushed): skipped" in p.stdout
