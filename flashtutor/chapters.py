@@ -411,7 +411,8 @@ def ladder_markdown() -> str:
         for s in ch.steps:
             role = [r for r, yes in (("solution", s.solution), ("reference", s.module == ch.reference))
                     if yes and r not in s.label]
-            name = f"**{s.id}**" + (f" {s.label}" if s.label != s.id else "") + (f" ({', '.join(role)})" if role else "")
+            name = f"**{s.id}**" + (f" {s.label}" if s.label != s.id else "")
+            name += f" ({', '.join(role)})" if role else ""
             files = " · ".join(_link(p) for p in dict.fromkeys((s.path, s.kernel)))
             h = s.header
             lines.append(f"| {name} | {files} | {h.idea} | {h.limitation or '—'} |")

@@ -143,3 +143,115 @@ def test_chapter_6_dry_run_end_to_end(tmp_path):
     assert {f.name for f in tmp_path.iterdir()} == {out.name, "launch06-dry.json", "grade06-notiming-dry.json"}
     assert json.loads((tmp_path / "grade06-notiming-dry.json").read_text())["verdict"] == "pass"
     assert "sweeps_s" not in doc["phases"] and "configuration sweeps (graph-replayed, L2 flushed): skipped" in p.stdout
+
+
+# ---------------------------------------------------------------- each chapter's run, measurements faked --
+# Chapters 2, 3, 5 and 7 have no dry run: their run(r) is driven here with the functions that need a GPU
+# replaced, to check what they write (the keys and rows their readers expect) and that they read back.
+def _peaks():
+    from flashtutor.roofline import datasheet_peaks
+    return datasheet_peaks("NVIDIA H100 80GB HBM3")
+
+
+def _row(problem, step, us, sdpa_us=10.0):
+    return {"problem": problem, "step": step, "median_us": us, "spread": 0.02, "time_vs_sdpa": us / sdpa_us,
+            "pct_floor": 50.0}
+
+
+def _run(key, tmp_path, name):
+    from importlib import import_module
+    mod = import_module(get_chapter(key).bench.module)
+    r = runner.Run(key, tmp_path / name, parts=mod.PARTS, progress=False)
+    code = mod.run(r)
+    r.save()
+    return code, json.loads((tmp_path / name).read_text())
+
+
+def test_chapter_2_run_writes_what_its_readers_read(tmp_path, monkeypatch):
+    from flashtutor.bench import ch02
+    from flashtutor.grading import sanitize
+
+    def child(args, timeout, log=print):
+        res = args[args.index("--result") + 1]
+        if args[0] == "--check":
+            payload = [{"step": args[1], "problem": "B1 H16 S1024 D64", "ok": True}]
+        else:
+            steps = args[args.index("--steps") + 1].split("|")
+            rows = [_row("B1 H16 S1024 D64", s, 100.0 if s == "ch1 reference" else 5.0) for s in steps]
+            payload = {"rows": rows + [_row("B1 H16 S1024 D64", "SDPA", 10.0)], "speedups": ch02.speedups(rows),
+                       "resources": {}}
+        open(res, "w").write(json.dumps(payload))
+        return 0, 0.1
+    monkeypatch.setattr(ch02, "_child", child)
+    monkeypatch.setattr(sanitize, "sanitize", lambda *a, **k: {"verdict": "clean", "summary": "fake", "tools": {}})
+    code, doc = _run("02", tmp_path, "bench02-h100-2026-11-25.json")
+    assert code == 0 and "failures" not in doc
+    assert {"env", "rows", "speedups", "resources", "checks", "check_summary", "sanitize", "phases"} <= set(doc)
+    assert {r["step"] for r in doc["rows"]} == set(ch02.STEPS) | {"SDPA"}
+    assert doc["speedups"][0]["speedup"] == 20.0 and set(doc["sanitize"]) == set(ch02.SANITIZED)
+
+
+def test_chapter_3_run_writes_what_its_readers_read(tmp_path, monkeypatch):
+    from flashtutor import roofline
+    from flashtutor.bench import ch03, ch07
+    monkeypatch.setattr(ch03, "resources", lambda: {"a wmma: wmma_attention_d64": {"registers": 128}})
+    monkeypatch.setattr(ch03, "check_all", lambda log=print: [{"step": "a wmma", "problem": "P", "ok": True}])
+    monkeypatch.setattr(roofline, "measure_peaks", _peaks)
+    us = {"a wmma": 30.0, "b + cp.async": 28.0, "c + padding": 14.0}
+    monkeypatch.setattr(ch03, "steps_table", lambda sets, **kw: [_row(f"B1 H16 S1024 D64 {'+'.join(sets)}", s, t)
+                                                                  for s, t in us.items()])
+    monkeypatch.setattr(ch03, "ncu_bank_conflicts", lambda path, log=print: {"error": "ncu is not on PATH"})
+    code, doc = _run("03", tmp_path, "bench03-h100-2026-11-25.json")
+    assert code == 0 and "failures" not in doc
+    assert {"env", "rows", "resources", "checks", "peaks", "ncu"} <= set(doc) and len(doc["rows"]) == 6
+    src, gains = ch07._ch03_gains(tmp_path)       # chapter 7 reads chapter 3's gains from this file
+    assert src.startswith("results/bench03-h100-2026-11-25.json") and gains["swizzle"] == [2.0, 2.0]
+
+
+def test_chapter_5_run_writes_what_its_readers_read(tmp_path, monkeypatch):
+    import types
+
+    import torch
+
+    from flashtutor import results_page, roofline
+    from flashtutor.bench import ch05, tables
+    props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", multi_processor_count=132, L2_cache_size=50 << 20,
+                                  total_memory=80 << 30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
+    monkeypatch.setattr(roofline, "measure_peaks", _peaks)
+    monkeypatch.setattr(ch05, "build", lambda *a, **k: None)                  # no nvcc, no GEMM parts
+    monkeypatch.setattr(ch05, "check_reference", lambda *a, **k: [{"problem": "P", "ok": True}])
+    monkeypatch.setattr("flashtutor.kernels.k05_three_kernel.build", lambda **k: None)
+
+    def versus(steps, probs, **kw):
+        rows = [dict(_row(p.name, s, 20.0 if s == "SDPA FlashAttention-2 backend" else 50.0), problem_dict=p.to_dict())
+                for p in probs for s in list(steps) + ["SDPA"]]
+        return [r for r in rows if not (r["step"] == "ch4 Triton (Hopper)" and r["problem_dict"]["S"] != 1024)]
+    monkeypatch.setattr(tables, "steps_table", versus)
+    monkeypatch.setattr(ch05, "crossover", lambda: [{"S": S, "kernel": k, "us": S / 100 * (2 if k == "SDPA" else 1)}
+                                                    for S in ch05.CROSSOVER_S for k in ("3-kernel (reference)", "SDPA")])
+    code, doc = _run("05", tmp_path, "bench05-h100-2026-11-25.json")
+    assert code == 0
+    assert [f["part"] for f in doc.get("failures", [])] == ["extras"]        # it needs a GPU: recorded, not fatal
+    assert {"env", "device", "peaks", "reference_configs", "checks", "versus", "seed_claims", "memory",
+            "crossover", "crossings"} <= set(doc)
+    assert (tmp_path / "crossover05-h100-2026-11-25.png").is_file()
+    finding = results_page.claim_fa3(results_page.Results(tmp_path))      # the results page reads this file
+    assert "0.40× its speed" in finding.measured and finding.sources == ("bench05-h100-2026-11-25.json",)
+
+
+def test_chapter_7_run_writes_what_its_readers_read(tmp_path, monkeypatch):
+    from flashtutor import roofline
+    from flashtutor.bench import ch07
+    monkeypatch.setattr(roofline, "measure_peaks", _peaks)
+
+    def measure(probs, peaks, log=print):
+        return [dict(ch07._row(s, p.name, 10.0, 9.0), basis="events", event_us=10.0, sdpa_event_us=9.0,
+                     event_ratio=1.1, spread=0.01, sdpa_backend="cudnn", pct_peak=50.0, pct_floor=40.0)
+                for p in probs for s in ch07.STEPS]
+    monkeypatch.setattr(ch07, "measure", measure)
+    code, doc = _run("07", tmp_path, "bench07-h100-2026-11-25.json")
+    assert code == 0 and "failures" not in doc and len(doc["rows"]) == 3 * len(ch07.problems())
+    (run,) = ch07.stored(tmp_path)                                         # read back as the chapter reads it
+    assert run["kind"] == "bench07" and run["file"] == "results/bench07-h100-2026-11-25.json"
+    assert len(run["rows"]) == len(doc["rows"]) and run["peaks"]["tensor_tflops"] == _peaks().tensor_tflops

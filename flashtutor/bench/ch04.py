@@ -382,7 +382,8 @@ def run(r) -> int:
                 p2 = p.replace(causal=c)
                 src = next(s for s in results["sweeps"]
                            if s["kernel"] == "hopper" and s["problem"] == src_p.replace(causal=c).name)
-                top = [Config(x["BLOCK_M"], x["BLOCK_N"], x["num_warps"], x["num_stages"]) for x in best(src["rows"], 6)]
+                top = [Config(x["BLOCK_M"], x["BLOCK_N"], x["num_warps"], x["num_stages"])
+                       for x in best(src["rows"], 6)]
                 rows = sweep("hopper", p2, top, compile_first=False, reps=10)
                 results["sweeps"].append({"kernel": "hopper", "problem": p2.name, "shape": p2.shape, "causal": c,
                                           "rows": rows})
