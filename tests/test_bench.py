@@ -9,28 +9,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from flashtutor.bench import runner
 from flashtutor.chapters import ROOT, get_chapter
-
-
-def flashtutor(*args, cwd=None, timeout=600):
-    env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(ROOT))
-    env.pop("TRITON_INTERPRET", None)
-    return subprocess.run([sys.executable, "-m", "flashtutor", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
-
-
-def one_line(p) -> str:
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1, p.stderr
-    assert "Traceback" not in p.stderr and p.stdout == "", (p.stdout, p.stderr)
-    return lines[0]
+from test_cli import flashtutor, one_line      # the command in a fresh process; its one line on stderr
 
 
 def _gpu() -> bool:

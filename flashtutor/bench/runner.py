@@ -231,14 +231,7 @@ def run(key: str, *, out=None, dry: bool = False, skip=(), budget_s: float | Non
     finally:
         r.save()
         r.close()
-    r.log(f"wrote {_shown(r.out)}" + (f"; failed parts: {', '.join(f['part'] for f in r.doc['failures'])}"
-                                     if r.doc.get("failures") else ""))
-    return 1 if r.doc.get("failures") and not code else code
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+    failed = [f["part"] for f in r.doc.get("failures", [])]
+    r.log(f"wrote {r.out}" + (f"; failed parts: {', '.join(failed)}" if failed else ""))
+    return 1 if failed and not code else code
 
