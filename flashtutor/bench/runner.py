@@ -218,14 +218,14 @@ def run(key: str, *, out=None, dry: bool = False, skip=(), budget_s: float | Non
     if bad:
         raise NotRun(f"chapter {ch.key}'s benchmark has no part {', '.join(map(repr, bad))} "
                      f"(parts: {', '.join(parts)})", usage=True)
-    from ..env import describe, describe_line
+    from ..env import describe, format_env
     env = describe()
     if out is None:
         out = (Path(tempfile.gettempdir()) / "flashtutor-bench" / f"{bench.name}-dry.json" if dry
                else results_path(bench, env))
     budget = budget_s if budget_s is not None else getattr(mod, "BUDGET_S", None)
     r = Run(ch, out, parts=parts, dry=dry, skip=skip, budget_s=budget, progress=progress, env=env)
-    r.log(f"flashtutor bench {ch.key}{' --dry' if dry else ''}: {describe_line()}")
+    r.log(f"flashtutor bench {ch.key}{' --dry' if dry else ''}: {format_env(env)}")
     try:
         code = mod.run(r) or 0
     finally:
