@@ -152,3 +152,63 @@ def test_batch_sizes_keep_the_window_and_the_hosts_share_bounded():
     assert tm.batch_sizes(per_call_us=1500.0, host_us=100.0, max_calls=64) == (1, tm.MIN_CALLS)
     assert tm.batch_sizes(per_call_us=1.0, host_us=1.0, max_calls=64) == (16, 64)
     assert tm.batch_sizes(per_call_us=1.0, host_us=1.0, max_calls=3) == (1, 3)          # the arena holds 3 slots
+
+
+class _SlowIssueBench:
+    """A stand-in for the judge's Bench: issuing a batch costs a fixed 6 ms (messages, the tracer's start)
+    plus 20 µs a call, which the per-call host time the worker reports does not include; the gate holds
+    only when the judge's sleep outlasts the whole issue."""
+
+    def __init__(self, fixed_us=6000.0, host_us=20.0, gpu_us=50.0):
+        self.fixed_us, self.host_us, self.gpu_us = fixed_us, host_us, gpu_us
+        self.label, self.gate, self.judge_enqueue_us = "", {}, 500.0
+        self.sleeps: list[tuple[str, int, float, bool]] = []
+
+    def batch(self, cand, problem, n, *, seed, sleep_us, timeout=0, snapshot=(), graph=None, trace=True):
+        from flashtutor.grading.timing import BatchRun
+        issued = self.fixed_us + n * self.host_us
+        held = sleep_us > issued
+        gaps = 0.0 if held else issued - sleep_us          # a gate that opened early: host gaps in the window
+        self.sleeps.append((self.label, n, sleep_us, held))
+        return BatchRun(300.0 + n * self.gpu_us + gaps, held, self.host_us, issued_us=issued)
+
+
+def test_the_gate_covers_what_the_judge_saw_a_batch_take_to_issue():
+    """A batch's issue time includes more than its calls' host time (the H100's batch log, 2026-11-24): the
+    gate's sleep follows the judge's own observation, so after the first batch of each size every gate holds,
+    the slope is the GPU's time per call, and the sleep stays near the issue time (no runaway factor)."""
+    import random
+
+    from flashtutor.grading import timing as tm
+    bench = _SlowIssueBench()
+    run = tm.measure_shape(bench, None, {"learner": lambda *a: None, "sdpa": lambda *a: None}, rounds=6,
+                           rng=random.Random(1))
+    timed = [s for s in bench.sleeps if not s[0].endswith("(warm-up)")]
+    assert sum(not held for *_, held in timed) <= 2                 # at most a first gate per candidate
+    for name in ("learner", "sdpa"):
+        assert run.times[name].median_us == pytest.approx(bench.gpu_us)
+        assert run.times[name].gate_held == 1.0
+    issued_max = bench.fixed_us + max(n for _, n, _, _ in timed) * bench.host_us
+    assert max(s for _, _, s, _ in timed[-6:]) < 1.5 * issued_max + tm.GATE_MARGIN_US
+
+
+def test_a_call_that_waits_for_the_gpu_keeps_its_sleeps_bounded():
+    """A call that synchronises can never be queued behind the gate: after one batch's tries it gets one try
+    per batch, with a factor that stops at GATE_FACTOR_MAX, and it is reported host-bound, rather than
+    sleeping longer on every batch."""
+    import random
+
+    from flashtutor.grading import timing as tm
+
+    class Syncing(_SlowIssueBench):
+        def batch(self, cand, problem, n, *, sleep_us, **kw):
+            self.fixed_us = sleep_us + 100.0          # it waits for the sleep to end, whatever its length
+            return super().batch(cand, problem, n, sleep_us=sleep_us, **kw)
+
+    bench = Syncing()
+    run = tm.measure_shape(bench, None, {"learner": lambda *a: None}, rounds=4, rng=random.Random(2))
+    assert run.host_bound == ["learner"]
+    assert bench.gate["learner"] <= tm.GATE_FACTOR_MAX
+    timed = [(n, s) for label, n, s, _ in bench.sleeps if label == "learner"]
+    assert len(timed) == 4 * 2 + 1               # one try per batch (and the untraced host-cost batch)
+    assert all(s <= tm.GATE_FACTOR_MAX * (500.0 + n * 20.0) + tm.GATE_MARGIN_US for n, s in timed)

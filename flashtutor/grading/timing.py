@@ -10,7 +10,9 @@ created, and records the interprocess event B. The judge's stream waits for B an
 window Em→E1 holds the worker's N calls back to back on the GPU — the host's cost of issuing them is
 spent during the sleep, not in the window — and both its ends are events only the judge records. The
 judge checks that the gate held (Em had not passed when the worker reported its calls queued); when it
-did not, the batch is redone with a longer sleep.
+did not, the batch is redone with a longer sleep. The sleep covers the time the judge itself saw the
+batch take to issue (from before its sleep to the worker's reply: messages, the tracer's start and the
+calls), the slowest of the candidate's last three batches of that size whose gate held.
 
 **The slope.** A window also holds constant costs (two interprocess hops, a context switch: about
 300 µs on an H100). Timing batches of N1 and N2 calls and taking (W(N2) − W(N1)) / (N2 − N1) removes
@@ -51,8 +53,10 @@ TARGET_WINDOW_US = 2500.0       # the larger batch's length on the GPU, at most 
 HOST_BUDGET_US = 3000.0         # … and the host's time to issue it, at most (the GPU waits that long behind the gate)
 MAX_CALLS = 64
 MIN_CALLS = 2                   # a call longer than the window: batches of 1 and 2 (the slope is one call)
-GATE_FACTOR = 1.25              # the gate's sleep: this times the host's expected enqueue time, plus the margin;
+GATE_FACTOR = 1.25              # the gate's sleep: this times the batch's expected issue time, plus the margin;
 GATE_MARGIN_US = 1500.0         # a gate that opened early is redone with twice the factor, which then decays
+GATE_FACTOR_MAX = 16.0          # (a call that waits for the GPU never lets a gate hold: its sleeps stay bounded)
+GATE_TRIES = 3
 
 
 # ---------------------------------------------------------------- one GPU, several gradings --------
@@ -168,6 +172,7 @@ class BatchRun:
     held: bool
     host_us: float                       # per call
     trace: Trace | None = None
+    issued_us: float = float("nan")      # the judge's wall time from before its sleep to the calls' being queued
     snapshots: list = field(default_factory=list)   # (slot, seed, out clone)
     error: dict | None = None            # the worker's error message, if the batch failed
 
@@ -289,7 +294,7 @@ class Bench:
                 E1.record()
                 E1.synchronize()
             trace = None
-        run = BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err)
+        run = BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err, (t_ready - t0) * 1e6)
         if _BATCH_LOG:
             _log_batch(self.label, n, sleep_us, run, t0, t_ready)
         return run
@@ -363,6 +368,40 @@ def sleep_for(bench: Bench, n: int, host_us: float, factor: float) -> float:
     return factor * (bench.judge_enqueue_us + n * host_us) + GATE_MARGIN_US
 
 
+class Gate:
+    """How long a candidate's batch of ``n`` takes to issue, from what the judge saw of its batches whose gate
+    held: the slowest of the last three of that size; for a size not seen yet, the largest fixed part seen
+    (the issue time beyond the calls' own host time: messages, the tracer's start) plus ``n`` calls. A batch
+    whose gate opened early says nothing (its issue time may include waiting for the GPU); a candidate whose
+    gate opened early on every try of a batch is ``hopeless`` (its calls wait for the GPU: no sleep helps) and
+    gets one try per batch until a gate of its holds again."""
+
+    def __init__(self, bench: Bench, host: dict[str, float]):
+        self.bench, self.host = bench, host
+        self.issued: dict[tuple[str, int], list[float]] = {}
+        self.fixed: dict[str, float] = {}
+        self.hopeless: set[str] = set()
+
+    def saw(self, name: str, n: int, run: BatchRun) -> None:
+        if run.error:
+            return
+        if not run.held:
+            self.hopeless.add(name)
+            return
+        self.hopeless.discard(name)
+        if run.issued_us != run.issued_us:
+            return
+        self.issued.setdefault((name, n), []).append(run.issued_us)
+        per_call = run.host_us if run.host_us == run.host_us else 0.0
+        self.fixed[name] = max(self.fixed.get(name, 0.0), run.issued_us - n * per_call)
+
+    def expected(self, name: str, n: int) -> float:
+        seen = self.issued.get((name, n))
+        if seen:
+            return max(seen[-3:])
+        return max(self.bench.judge_enqueue_us, self.fixed.get(name, 0.0)) + n * self.host[name]
+
+
 def batch_sizes(per_call_us: float, host_us: float, max_calls: int) -> tuple[int, int]:
     """The two batch sizes of a candidate: the larger lasts about :data:`TARGET_WINDOW_US` on the GPU and takes
     the host at most :data:`HOST_BUDGET_US` to issue (at least :data:`MIN_CALLS`, at most ``max_calls``); the
@@ -385,35 +424,39 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
     host = {name: 300.0 for name in cands}
     errors: list[dict] = []
 
-    recent: dict[str, list[float]] = {name: [] for name in cands}    # traced host µs per call, last batches
+    gate = Gate(bench, host)
 
-    def gated(name, n, **kw) -> BatchRun:
-        """One batch whose gate held, or the batch that failed. The sleep covers the candidate's expected issue
-        time (the slowest of its last three traced batches); a gate that opened early is redone with twice the
-        factor (at most twice), and the candidate's factor decays back once its gates hold again."""
-        run = None
-        bench.label = name
-        expect = max(recent[name][-3:]) if recent[name] else host[name]
+    def gated(name, n, label="", **kw) -> BatchRun:
+        """One batch whose gate held, or the batch that failed (see :class:`Gate`). A gate that opened early is
+        redone with a sleep that covers the issue time just seen, twice the factor."""
+        bench.label = label or name
         factor = bench.gate.get(name, GATE_FACTOR)
-        for attempt in range(3):
-            run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=sleep_for(bench, n, expect, factor),
+        expect = gate.expected(name, n)
+        run = None
+        for _ in range(1 if name in gate.hopeless else GATE_TRIES):
+            run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=factor * expect + GATE_MARGIN_US,
                               timeout=timeout, **kw)
             if run.error or run.held:
                 break
-            factor *= 2
-        if run.held and kw.get("trace", True) and run.host_us == run.host_us:
-            recent[name].append(run.host_us)
-        bench.gate[name] = max(GATE_FACTOR, 0.8 * factor) if run.held else factor
+            if run.issued_us == run.issued_us:
+                expect = max(expect, run.issued_us)
+            factor = min(2 * factor, GATE_FACTOR_MAX)
+        gate.saw(name, n, run)
+        if not run.error:
+            bench.gate[name] = max(GATE_FACTOR, 0.8 * factor) if run.held else factor
         return run
 
     # warm-up (compilation, autotuning, plans) and a first estimate of each candidate's time per call: a batch
     # of one (the first call compiles, tunes, plans), then batches of one and three.
     est = {}
     for name in cands:
-        bench.label = f"{name} (warm-up)"
         for i, n in enumerate((1, 1, 3) if sizes is None else (1,)):
-            r = bench.batch(cands[name], problem, n, seed=seed(), timeout=max(timeout, 600.0),
-                            sleep_us=sleep_for(bench, n, host[name], bench.gate.get(name, GATE_FACTOR)))
+            if i == 0:              # the first call compiles and plans: not an issue time to expect, nor to gate
+                bench.label = f"{name} (warm-up)"
+                r = bench.batch(cands[name], problem, n, seed=seed(), timeout=max(timeout, 600.0),
+                                sleep_us=sleep_for(bench, n, host[name], bench.gate.get(name, GATE_FACTOR)))
+            else:
+                r = gated(name, n, label=f"{name} (warm-up)")
             if r.error:
                 errors.append(r.error)
                 return ShapeRun({}, {}, [], [], errors=errors)
