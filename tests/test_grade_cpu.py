@@ -90,3 +90,30 @@ def test_learner_files_are_not_modified():
     run("good")
     run("modifies_inputs")
     assert before == {p: p.read_bytes() for p in HERE.glob("*.py")}
+
+
+def test_a_killed_workers_gpu_work_is_waited_for(monkeypatch):
+    """A worker killed inside a kernel leaves its context to the driver: the judge waits (holding the GPU
+    lock) until NVML no longer lists the process, so no timed section starts beside the dying kernel."""
+    import sys
+    import types
+
+    from flashtutor.grading import spawn
+    polls = []
+
+    class Proc:
+        def __init__(self, pid):
+            self.pid = pid
+
+    def running(handle):
+        polls.append(handle)
+        return [Proc(4242)] if len(polls) < 4 else [Proc(7)]      # listed for three polls, then gone
+
+    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1,
+                                 nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+                                 nvmlDeviceGetComputeRunningProcesses=running)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert spawn.gpu_released(4242, timeout=5.0) and len(polls) == 4
+    polls.clear()
+    monkeypatch.setattr(fake, "nvmlDeviceGetComputeRunningProcesses", lambda h: [Proc(4242)])
+    assert not spawn.gpu_released(4242, timeout=0.2)                   # never gone: it says so, bounded

@@ -178,6 +178,8 @@ class WorkerHandle:
                 if self.proc.poll() is None:
                     self.proc.kill()
                 self._wait(10)
+                if self.proc.returncode is not None and self.proc.returncode != 0:
+                    gpu_released(self.proc.pid)
             except Exception:  # noqa: BLE001
                 pass
             try:
@@ -186,6 +188,39 @@ class WorkerHandle:
                 pass
             self.keep_log()
         self.proc = None
+
+
+def gpu_released(pid: int, timeout: float = 20.0) -> bool:
+    """Wait until the GPU no longer runs work of the process ``pid``, which has exited: a worker killed inside
+    a kernel (a hang) or after a fault leaves its context to the driver, whose teardown can outlast the
+    process. The judge calls this while it still holds the GPU lock, so no other grading's timed section
+    starts beside the dying kernel. Uses NVML's list of compute processes; without NVML, returns at once."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:  # noqa: BLE001 — no NVML here
+        return True
+    t = time.monotonic()
+    while time.monotonic() - t < timeout:
+        try:
+            if not any(pr.pid == pid for h in handles for pr in pynvml.nvmlDeviceGetComputeRunningProcesses(h)):
+                _log_release(pid, time.monotonic() - t, True)
+                return True
+        except Exception:  # noqa: BLE001
+            return True
+        time.sleep(0.05)
+    _log_release(pid, timeout, False)
+    return False
+
+
+def _log_release(pid: int, seconds: float, gone: bool) -> None:
+    debug(f"worker {pid}'s GPU work {'gone' if gone else 'still listed'} after {seconds:.2f} s")
+    if os.environ.get("FLASHTUTOR_BATCH_LOG"):          # the tier's log of where GPU time goes
+        import json
+        with open(os.environ["FLASHTUTOR_BATCH_LOG"], "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "t": round(time.time(), 3), "event": "worker released",
+                                "worker": pid, "waited_s": round(seconds, 3), "gone": gone}) + "\n")
 
 
 def _exit(code) -> str:

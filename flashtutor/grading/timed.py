@@ -84,7 +84,8 @@ class TimedPhase:
             why = self.neighbours.busy() or tm.spread_disturbed(run, ["learner", "sdpa"])
             if not why:
                 break
-            time.sleep(0.5 * (attempt + 1))
+            if attempt < ATTEMPTS - 1:
+                time.sleep(2.0 * 2 ** attempt)   # whatever disturbed it (another process) may be gone by then
         res.disturbed = why
         if why:
             res.notes.append(f"timing disturbed after {ATTEMPTS} tries: {why}")

@@ -172,9 +172,9 @@ class BatchRun:
     held: bool
     host_us: float                       # per call
     trace: Trace | None = None
-    issued_us: float = float("nan")      # the judge's wall time from before its sleep to the calls' being queued
     snapshots: list = field(default_factory=list)   # (slot, seed, out clone)
     error: dict | None = None            # the worker's error message, if the batch failed
+    issued_us: float = float("nan")      # the judge's wall time from before its sleep to the calls' being queued
 
 
 def _clock_cycles_per_us() -> float:
@@ -294,7 +294,8 @@ class Bench:
                 E1.record()
                 E1.synchronize()
             trace = None
-        run = BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snaps, err, (t_ready - t0) * 1e6)
+        run = BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snapshots=snaps, error=err,
+                       issued_us=(t_ready - t0) * 1e6)
         if _BATCH_LOG:
             _log_batch(self.label, n, sleep_us, run, t0, t_ready)
         return run
