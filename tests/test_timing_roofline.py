@@ -145,8 +145,14 @@ def test_batch_sizes_keep_the_window_and_the_hosts_share_bounded():
     """The larger batch lasts about the target on the GPU and takes the host at most its budget to issue;
     the smaller is a quarter; never fewer than MIN_CALLS nor more than the arena's slots."""
     from flashtutor.grading import timing as tm
-    n1, n2 = tm.batch_sizes(per_call_us=10.0, host_us=150.0, max_calls=64)      # host-bound: the budget decides
+    n1, n2 = tm.batch_sizes(per_call_us=50.0, host_us=150.0, max_calls=64)      # host-bound: the budget decides
     assert n2 == int(tm.HOST_BUDGET_US / 150.0) and n1 == n2 // 4
+    # a slow host (a traced Triton call, 3 ms to issue) never shrinks the span below MIN_SPAN_US of GPU time:
+    # batches of 1 and 2 calls of 20 µs spread over 50% on the H100 (2026-11-26)
+    n1, n2 = tm.batch_sizes(per_call_us=20.0, host_us=3000.0, max_calls=64)
+    assert (n2 - n1) * 20.0 >= tm.MIN_SPAN_US and n2 <= 16
+    # replayed from a graph (host 0): the window alone decides
+    assert tm.batch_sizes(per_call_us=50.0, host_us=0.0, max_calls=64)[1] == int(tm.TARGET_WINDOW_US / 50.0)
     n1, n2 = tm.batch_sizes(per_call_us=100.0, host_us=2.0, max_calls=64)       # graph replay: the window decides
     assert n2 == int(tm.TARGET_WINDOW_US / 100.0)
     assert tm.batch_sizes(per_call_us=1500.0, host_us=100.0, max_calls=64) == (1, tm.MIN_CALLS)

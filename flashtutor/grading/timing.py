@@ -18,8 +18,9 @@ calls), the slowest of the candidate's last three batches of that size whose gat
 300 µs on an H100). Timing batches of N1 and N2 calls and taking (W(N2) − W(N1)) / (N2 − N1) removes
 them. N2 is as large as lets the batch last about 2.5 ms on the GPU and take the host at most 3 ms to
 issue (the GPU sleeps behind the gate for that long: on a slow host, more calls per batch buy
-precision no longer, only waiting), N1 a quarter of it; a call longer than 2.5 ms gets batches of 1
-and 2. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
+precision no longer, only waiting), but the two sizes always differ by at least 200 µs of GPU time (a
+window jitters by a few µs); N1 is a quarter of N2; a call longer than 2.5 ms gets batches of 1 and 2;
+calls replayed from CUDA graphs (one launch a batch) are sized by the window alone. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
 baseline); the reported time is the median over rounds, with the 10th–90th percentile of the rounds.
 SDPA and the course's kernels run in the judge's process in the same gated way, with the same tracer
 on, so both sides carry the same tracing cost.
@@ -53,6 +54,8 @@ TARGET_WINDOW_US = 2500.0       # the larger batch's length on the GPU, at most 
 HOST_BUDGET_US = 3000.0         # … and the host's time to issue it, at most (the GPU waits that long behind the gate)
 MAX_CALLS = 64
 MIN_CALLS = 2                   # a call longer than the window: batches of 1 and 2 (the slope is one call)
+MIN_SPAN_US = 200.0             # the two batches differ by at least this much GPU time, whatever the host's cost:
+                                # a window jitters by a few µs (H100, 2026-11-26: 297-309 µs for one 20 µs call)
 GATE_FACTOR = 1.25              # the gate's sleep: this times the batch's expected issue time, plus the margin;
 GATE_MARGIN_US = 1500.0         # a gate that opened early is redone with twice the factor, which then decays
 GATE_FACTOR_MAX = 16.0          # (a call that waits for the GPU never lets a gate hold: its sleeps stay bounded)
@@ -405,9 +408,16 @@ class Gate:
 
 def batch_sizes(per_call_us: float, host_us: float, max_calls: int) -> tuple[int, int]:
     """The two batch sizes of a candidate: the larger lasts about :data:`TARGET_WINDOW_US` on the GPU and takes
-    the host at most :data:`HOST_BUDGET_US` to issue (at least :data:`MIN_CALLS`, at most ``max_calls``); the
-    smaller is a quarter of it. Their difference is what the slope divides by."""
-    n2 = min(TARGET_WINDOW_US / max(per_call_us, 0.5), HOST_BUDGET_US / max(host_us, 1.0))
+    the host at most :data:`HOST_BUDGET_US` to issue, but never so few calls that the two sizes differ by less
+    than :data:`MIN_SPAN_US` of GPU time (precision before the host's budget: on the H100's slow host, a traced
+    Triton call costs ~3 ms to issue, and batches of 1 and 2 calls of 20 µs gave slopes spread over 50%); at
+    least :data:`MIN_CALLS`, at most ``max_calls``. The smaller is a quarter of the larger; their difference
+    is what the slope divides by. ``host_us`` 0: the calls are replayed from a graph (one launch)."""
+    per_call = max(per_call_us, 0.5)
+    n2 = TARGET_WINDOW_US / per_call
+    if host_us > 0:
+        n2 = min(n2, HOST_BUDGET_US / max(host_us, 1.0))
+    n2 = max(n2, 4 / 3 * MIN_SPAN_US / per_call)
     n2 = max(2, int(min(max(n2, MIN_CALLS), max_calls)))
     return min(max(1, n2 // 4), n2 - 1), n2
 
@@ -467,7 +477,8 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
     if sizes is not None:
         per = {name: sizes for name in cands}
     else:
-        per = {name: batch_sizes((est[name][3] - est[name][1]) / 2, host[name], max_calls) for name in cands}
+        per = {name: batch_sizes((est[name][3] - est[name][1]) / 2, 0.0 if capture else host[name], max_calls)
+               for name in cands}
     if capture is not None:          # graphs are captured for one pair of sizes: the learner's
         per = {name: per["learner"] for name in cands}
         graphs = capture(*per["learner"])
