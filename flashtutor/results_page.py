@@ -744,7 +744,7 @@ def _span(xs: list[float]) -> str:
 
 
 def claim_warp_specialization(res: Results) -> Finding:
-    from .kernels import bench07
+    from .bench import ch07 as bench07
     runs = bench07.stored(res.dir)
     for gpu_name in [g for _, g in GPUS]:
         with_a = [r for r in runs if r["gpu"] == gpu_name and any(x["step"] == "7a" for x in r["rows"])]

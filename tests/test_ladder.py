@@ -27,8 +27,6 @@ from flashtutor.problems import SHAPE_SETS
 KERNELS = ROOT / "flashtutor" / "kernels"
 # The drivers that moved to flashtutor/bench/: their old paths re-export the new modules until the
 # notebooks are re-executed, and are the only files of kernels/ allowed to name flashtutor.bench.
-SHIMS = {"bench02.py": "ch02", "bench03.py": "ch03", "sweep04.py": "ch04", "bench05.py": "ch05",
-         "bench06.py": "ch06", "bench07.py": "ch07", "launch_cost.py": "launch_cost"}
 UPWARD = ("flashtutor.grading", "flashtutor.bench")
 
 
@@ -100,7 +98,7 @@ def test_every_file_of_kernels_is_named_by_the_manifest():
         {s.kernel for ch in CHAPTERS.values() for s in ch.steps} | \
         {ROOT / f for files in KERNEL_FILES.values() for f in files}
     for path in sorted(KERNELS.glob("*")):
-        if path.suffix not in (".py", ".cu", ".cuh") or path.name == "__init__.py" or path.name in SHIMS:
+        if path.suffix not in (".py", ".cu", ".cuh") or path.name == "__init__.py":
             continue
         assert path in named, f"{path.relative_to(ROOT)} is not a step (or a chapter's kernel file) of the manifest"
 
@@ -145,8 +143,6 @@ def upward_imports(path: Path, package: str = "flashtutor.kernels") -> list[str]
 
 def test_no_kernel_imports_the_grader_or_the_bench():
     for path in sorted(KERNELS.glob("*.py")):
-        if path.name in SHIMS:
-            continue
         assert upward_imports(path) == [], f"{path.relative_to(ROOT)} imports upwards"
 
 
@@ -159,16 +155,6 @@ def test_the_import_check_sees_every_form(tmp_path):
         assert upward_imports(f), src
     (tmp_path / "k99_good.py").write_text("from ..problems import Problem\nfrom . import solution_module\n")
     assert upward_imports(tmp_path / "k99_good.py") == []
-
-
-def test_the_old_paths_are_only_reexports():
-    """kernels/bench02.py & co: nothing but the re-export of the moved module (and the names it needs)."""
-    assert {p.name for p in KERNELS.glob("*.py") if "flashtutor.bench" in p.read_text()} == set(SHIMS)
-    for name, new in SHIMS.items():
-        tree = ast.parse((KERNELS / name).read_text())
-        assert tree.body and all(isinstance(n, ast.ImportFrom) and n.module == f"flashtutor.bench.{new}"
-                                 for n in tree.body), name
-        assert any(a.name == "*" for a in tree.body[0].names), name
 
 
 def test_importing_every_kernel_loads_neither_grader_nor_bench():

@@ -1,1 +1,0 @@
-from flashtutor.bench.ch02 import *  # moved; notebooks are updated at the next re-execution
