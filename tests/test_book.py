@@ -2,11 +2,11 @@
 
 This is the README's `jupyter-book build .`, made strict; it never writes the repository's own
 _build/. A second test checks that a broken table of contents really does fail the build, so the
-first test cannot pass by accident.
+first test cannot pass by accident. The build is made once per session (tests/book_build.py) and
+tests/test_book_html.py reads the same HTML.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,25 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from book_build import build as _build, built_once
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _jupyter_book() -> str:
-    """The jupyter-book command of this interpreter's environment (the package has no __main__)."""
-    beside = Path(sys.executable).parent / "jupyter-book"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("jupyter-book")
-    if found is None:
-        pytest.fail("jupyter-book is not installed: pip install -r requirements.txt")
-    return found
-
-
-def _build(source: Path, out: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run(
-        [_jupyter_book(), "build", "--warningiserror", "--keep-going", "--path-output", str(out), str(source)],
-        capture_output=True, text=True, env=env, timeout=600)
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """The repository's book, built once per session and shared with tests/test_book_html.py."""
+    return built_once(tmp_path_factory)
 
 
 def _toc_files(toc_text: str) -> list[str]:
@@ -46,21 +36,20 @@ def _toc_files(toc_text: str) -> list[str]:
     return files
 
 
-def test_book_builds_without_warnings(tmp_path):
-    result = _build(ROOT, tmp_path)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, f"jupyter-book build failed:\n{log[-6000:]}"
+def test_book_builds_without_warnings(built_book):
+    log = built_book.log
+    assert built_book.returncode == 0, f"jupyter-book build failed:\n{log[-6000:]}"
     assert "WARNING" not in log, "the build printed warnings:\n" + "\n".join(
         line for line in log.splitlines() if "WARNING" in line)
 
-    html = tmp_path / "_build" / "html"
+    html = built_book.html
     assert (html / "index.html").is_file()
     assert (html / "book" / "intro.html").is_file()
     assert (html / "chapters" / "01_naive_cuda" / "naive_cuda.html").is_file()
     # Every page named in the table of contents was built.
     for entry in _toc_files((ROOT / "_toc.yml").read_text()):
         page = html / (str(Path(entry).with_suffix("")) + ".html")
-        assert page.is_file(), f"{entry} is in _toc.yml but {page.relative_to(tmp_path)} was not built"
+        assert page.is_file(), f"{entry} is in _toc.yml but {page.relative_to(html)} was not built"
     # Nothing outside the table of contents slipped in (solutions, tests, wheels...).
     assert not (html / "solutions").exists()
     assert not (html / "tests").exists()
