@@ -18,7 +18,7 @@ calls), the slowest of the candidate's last three batches of that size whose gat
 300 µs on an H100). Timing batches of N1 and N2 calls and taking (W(N2) − W(N1)) / (N2 − N1) removes
 them. N2 is as large as lets the batch last about 2.5 ms on the GPU and take the host at most 3 ms to
 issue (the GPU sleeps behind the gate for that long: on a slow host, more calls per batch buy
-precision no longer, only waiting), but the two sizes always differ by at least 200 µs of GPU time (a
+precision no longer, only waiting), but the two sizes always differ by at least 150 µs of GPU time (a
 window jitters by a few µs); N1 is a quarter of N2; a call longer than 2.5 ms gets batches of 1 and 2;
 calls replayed from CUDA graphs (one launch a batch) are sized by the window alone. Each round times every candidate at both sizes, in a rotating order (yours, SDPA, the chapter's
 baseline); the reported time is the median over rounds, with the 10th–90th percentile of the rounds.
@@ -54,7 +54,7 @@ TARGET_WINDOW_US = 2500.0       # the larger batch's length on the GPU, at most 
 HOST_BUDGET_US = 3000.0         # … and the host's time to issue it, at most (the GPU waits that long behind the gate)
 MAX_CALLS = 64
 MIN_CALLS = 2                   # a call longer than the window: batches of 1 and 2 (the slope is one call)
-MIN_SPAN_US = 200.0             # the two batches differ by at least this much GPU time, whatever the host's cost:
+MIN_SPAN_US = 150.0             # the two batches differ by at least this much GPU time, whatever the host's cost:
                                 # a window jitters by a few µs (H100, 2026-11-26: 297-309 µs for one 20 µs call)
 GATE_FACTOR = 1.25              # the gate's sleep: this times the batch's expected issue time, plus the margin;
 GATE_MARGIN_US = 1500.0         # a gate that opened early is redone with twice the factor, which then decays
