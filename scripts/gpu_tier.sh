@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU tier on a lent GPU host, with everything a calibration or a timing question needs kept in ONE file:
+# $OUT/res.tgz (the lent machine returns only a few files; on 2026-11-26 four grade reports were lost that way).
+#
+#   bash scripts/gpu_tier.sh [SECONDS]      # SECONDS: the tier's time limit (default 450)
+#
+# Inside res/: gpu.txt (GPU, driver, torch, triton, cuDNN), tier.log, grade<NN>-solution-<gpu>-<date>.json per
+# chapter (the files the speed rules cite), grade03-contended-*.json, corpus.json, gpu-tier-timeline.json,
+# batches-tier.jsonl (FLASHTUTOR_BATCH_LOG: every timed batch's sleep, window, gate and issue time), summary.txt,
+# and warm02.{json,log}: one warm grading of chapter 2 from the command line, timed.
+set -u
+LIMIT=${1:-450}
+R=/tmp/res
+rm -rf "$R"; mkdir -p "$R"
+finish() { tar czf "${OUT:-/tmp}/res.tgz" -C /tmp res; }
+trap finish EXIT
+nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.backends.cudnn.version())" >> "$R/gpu.txt"
+cat "$R/gpu.txt"
+FLASHTUTOR_BATCH_LOG=$R/batches-tier.jsonl FLASHTUTOR_CORPUS_JSON=$R/corpus.json FLASHTUTOR_RESULTS_DIR=$R \
+    timeout -s INT "$LIMIT" python3 -m pytest -m gpu tests/ -q -rfEs -p no:cacheprovider --durations=12 \
+    > "$R/tier.log" 2>&1
+tail -20 "$R/tier.log"
+python3 scripts/grade_summary.py "$R"/grade*.json > "$R/summary.txt" 2>&1
+grep -E "^/" "$R/summary.txt" | cut -c1-240
+/usr/bin/time -f "warm02 %e s wall" python3 -m flashtutor grade 02 --solution --json "$R/warm02.json" \
+    > "$R/warm02.log" 2>&1
+tail -2 "$R/warm02.log"
