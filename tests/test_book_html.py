@@ -10,6 +10,7 @@ must flag, so that none of them can pass by finding nothing.
   offline (book/_ext/offline_mathjax.py copies MathJax into _static/).
 * Noise in outputs: warnings, ipywidgets' messages, tracebacks and error outputs, paths of the machine that
   ran the notebook (/tmp/, /root/, site-packages), nbval's markers.
+* One printout, one block: consecutive prints of a cell to the same stream are not shown as separate boxes.
 * Wide output: the theme (pydata-sphinx-theme, sphinx-book-theme, myst-nb) gives `pre` `overflow: auto` and
   myst-nb's `div.cell_output .output` `overflow-x: auto`, so an output line wider than the content column
   (about 80 characters of monospace at the default width) scrolls inside its block instead of being cut off.
@@ -81,6 +82,20 @@ def output_noise(soup: BeautifulSoup) -> list[str]:
     for cell_input in soup.select("div.cell_input"):
         if NOISE["nbval marker"].search(cell_input.get_text()):
             found.append(f"nbval marker in code: {cell_input.get_text()[:120]!r}")
+    return found
+
+
+def split_streams(soup: BeautifulSoup) -> list[str]:
+    """Output blocks of one cell printed to the same stream one after the other: a table printed row by row
+    that the page shows as a box per row (the stored outputs keep a stream chunk per flush; the book merges
+    them with myst-nb's nb_merge_streams)."""
+    found = []
+    for out in soup.select("div.cell_output"):
+        blocks = [c for c in out.children if getattr(c, "name", None)]
+        for a, b in zip(blocks, blocks[1:]):
+            kinds = [set(x.get("class") or ()) & {"stream", "stderr"} for x in (a, b)]
+            if kinds[0] and kinds[0] == kinds[1]:
+                found.append(f"{b.get_text()[:80]!r} is a block of its own after {a.get_text()[-80:]!r}")
     return found
 
 
@@ -265,6 +280,11 @@ def test_each_check_flags_a_bad_page():
     assert output_noise(_soup('<div class="cell_output"><div class="output traceback"><pre>x</pre></div></div>'))
     assert not output_noise(_soup(OUTPUT_HTML.format("B1 H16 S1024 D64   19.0 µs   ok")))
 
+    row = '<div class="output stream highlight-myst-ansi notranslate"><div class="highlight"><pre>{}</pre></div></div>'
+    assert split_streams(_soup(f'<div class="cell_output">{row.format("a b")}{row.format("1 2")}</div>'))
+    assert not split_streams(_soup(f'<div class="cell_output">{row.format("a b")}<img src="x.png"/>'
+                                   f'{row.format("1 2")}</div>'))
+
     wide = _soup(OUTPUT_HTML.format("x" * 300))
     clipped = Cascade(["pre { overflow: visible; white-space: pre } .bd-content { overflow: hidden }"])
     assert "clips it" in "".join(wide_output_cut_off(wide, clipped))
@@ -303,6 +323,7 @@ def test_built_pages_read_cleanly(built_book):
         problems += [f"{name}: markdown table as text: {t!r}" for t in raw_markdown_tables(soup)]
         problems += [f"{name}: script from the network: {s}" for s in network_math(soup)]
         problems += [f"{name}: {n}" for n in output_noise(soup)]
+        problems += [f"{name}: output split into blocks: {n}" for n in split_streams(soup)]
         problems += [f"{name}: wide output cut off: {w}" for w in wide_output_cut_off(soup, cascade)]
     assert outputs_seen > 100, f"only {outputs_seen} output blocks: are the stored outputs in the book?"
     assert not problems, "\n".join(problems)
