@@ -8,6 +8,7 @@ must flag, so that none of them can pass by finding nothing.
   table becomes when the parser that reads it has no tables.
 * Formulas from the network: a `<script src="https://…">` for MathJax or from a CDN. The book must read
   offline (book/_ext/offline_mathjax.py copies MathJax into _static/).
+* Macros inside `\\text{…}` of a formula, which MathJax 3 (without its textmacros package) prints literally.
 * Noise in outputs: warnings, ipywidgets' messages, tracebacks and error outputs, paths of the machine that
   ran the notebook (/tmp/, /root/, site-packages), nbval's markers.
 * One printout, one block: consecutive prints of a cell to the same stream are not shown as separate boxes.
@@ -58,6 +59,15 @@ def network_math(soup: BeautifulSoup) -> list[str]:
         if NETWORK.match(src) and re.search(r"mathjax|cdn|unpkg", src, re.I):
             found.append(src)
     return found
+
+
+TEXT_MACRO = re.compile(r"\\text\{[^{}]*\\[^{}]*\}")
+
+
+def literal_macros_in_math(soup: BeautifulSoup) -> list[str]:
+    """Macros inside \\text{…} of a formula: MathJax 3 as the book loads it (no textmacros) prints them as they
+    are, so $\\text{TILE\\_M}$ shows a backslash."""
+    return [m.group(0) for el in soup.select(".math") for m in TEXT_MACRO.finditer(el.get_text())]
 
 
 NOISE = {
@@ -266,6 +276,9 @@ def test_each_check_flags_a_bad_page():
     assert raw_markdown_tables(_soup("<p>| a | b | | :--- | ---: |</p>"))
     assert not raw_markdown_tables(_soup("<table><tr><td>a</td></tr></table><p>a | b, not a table</p>"))
 
+    assert literal_macros_in_math(_soup(r'<span class="math notranslate">\(\text{TILE\_M} \times 2\)</span>'))
+    assert not literal_macros_in_math(_soup(r'<span class="math">\(\text{acc}_i \leftarrow \alpha_i\)</span>'))
+
     assert network_math(_soup('<script defer src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
                               '</script>'))
     assert network_math(_soup('<script src="//cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/MathJax.js"></script>'))
@@ -322,6 +335,7 @@ def test_built_pages_read_cleanly(built_book):
         name = page.relative_to(built_book.html)
         problems += [f"{name}: markdown table as text: {t!r}" for t in raw_markdown_tables(soup)]
         problems += [f"{name}: script from the network: {s}" for s in network_math(soup)]
+        problems += [f"{name}: a macro MathJax prints as text: {m}" for m in literal_macros_in_math(soup)]
         problems += [f"{name}: {n}" for n in output_noise(soup)]
         problems += [f"{name}: output split into blocks: {n}" for n in split_streams(soup)]
         problems += [f"{name}: wide output cut off: {w}" for w in wide_output_cut_off(soup, cascade)]
