@@ -57,8 +57,12 @@ def _newest(gpu: str, key: str, folder: Path = RESULTS) -> Path:
 
 
 def _ladder_row(page: str, gpu: str, key: str) -> list[str]:
-    rows = _rows(_section(_plain(page), f"### {GPUS[gpu]}"))
-    return next(r for r in rows if re.match(rf"\{{doc\}}`{key} ", r[0]))
+    """A chapter's cells from the GPU's two ladder tables, in one list: chapter, solution, SDPA, ratio, host,
+    worst, best, basis, rule, passes."""
+    rows = [r for r in _rows(_section(_plain(page), f"### {GPUS[gpu]}")) if re.match(rf"\{{doc\}}`{key} ", r[0])]
+    ratios, times = rows          # the ratios-and-rule table's row, then the seed shape's times
+    assert len(ratios) == 6 and len(times) == 5, rows
+    return [ratios[0], times[1], times[2], ratios[1], times[3], ratios[2], ratios[3], times[4], ratios[4], ratios[5]]
 
 
 @pytest.fixture(scope="module")
