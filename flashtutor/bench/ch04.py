@@ -156,9 +156,11 @@ def best(rows: list[dict], n: int = 1) -> list[dict]:
 
 
 def heatmap(rows: list[dict], ax=None, title: str = ""):
-    """Rows BLOCK_M×BLOCK_N, columns num_warps×num_stages; each cell the median µs (blank: did not run)."""
-    import matplotlib.pyplot as plt
+    """Rows BLOCK_M×BLOCK_N, columns num_warps×num_stages; each cell the median µs (blank: did not run).
+    Drawn into `ax`, or into a figure of its own (the book's width, flashtutor.plots' sizes)."""
     import numpy as np
+
+    from .. import plots
 
     tiles = sorted({(r["BLOCK_M"], r["BLOCK_N"]) for r in rows})
     launches = sorted({(r["num_warps"], r["num_stages"]) for r in rows})
@@ -167,23 +169,53 @@ def heatmap(rows: list[dict], ax=None, title: str = ""):
         if r["ok"] and r["us"] == r["us"]:
             grid[tiles.index((r["BLOCK_M"], r["BLOCK_N"])), launches.index((r["num_warps"], r["num_stages"]))] = r["us"]
     if ax is None:
-        _, ax = plt.subplots(figsize=(1.0 + 0.8 * len(launches), 0.8 + 0.45 * len(tiles)), dpi=110)
+        _, ax = plots.figure(height=1.3 + 0.36 * len(tiles), width=min(plots.WIDTH_IN, 2.4 + 0.75 * len(launches)))
+    plots.style_axes(ax)
     finite = grid[np.isfinite(grid)]
     lo = finite.min() if finite.size else 1.0
     im = ax.imshow(grid / lo, cmap="viridis_r", vmin=1.0, vmax=max(2.0, 1.0), aspect="auto")
     for i, j in itertools.product(range(len(tiles)), range(len(launches))):
         val = grid[i, j]
         txt = "—" if not np.isfinite(val) else (f"{val:.0f}" if val >= 100 else f"{val:.1f}")
-        ax.text(j, i, txt, ha="center", va="center", fontsize=7,
+        ax.text(j, i, txt, ha="center", va="center", fontsize=plots.SMALL,
                 color="white" if np.isfinite(val) and val / lo > 1.5 else "black",
                 fontweight="bold" if np.isfinite(val) and val == lo else "normal")
-    ax.set_xticks(range(len(launches)), [f"w{w} s{s}" for w, s in launches], fontsize=7)
-    ax.set_yticks(range(len(tiles)), [f"{m}×{n}" for m, n in tiles], fontsize=7)
-    ax.set_xlabel("num_warps, num_stages", fontsize=8)
-    ax.set_ylabel("BLOCK_M × BLOCK_N", fontsize=8)
-    ax.set_title(title, fontsize=8)
-    ax.figure.colorbar(im, ax=ax, label="time / best (capped at 2)", shrink=0.8)
+    ax.set_xticks(range(len(launches)), [f"w{w} s{s}" for w, s in launches], fontsize=plots.SMALL)
+    ax.set_yticks(range(len(tiles)), [f"{m}×{n}" for m, n in tiles], fontsize=plots.SMALL)
+    ax.set_xlabel("num_warps, num_stages", fontsize=plots.NORMAL)
+    ax.set_ylabel("BLOCK_M × BLOCK_N", fontsize=plots.NORMAL)
+    if title:
+        plots.title(ax, title)
+    cb = ax.figure.colorbar(im, ax=ax, shrink=0.9)
+    cb.set_label("time / best (capped at 2)", fontsize=plots.SMALL)
+    cb.ax.tick_params(labelsize=plots.SMALL)
     return ax
+
+
+def heatmaps(sweeps: dict, env: str = "", kernel: str = "teaching kernel"):
+    """One :func:`heatmap` per sweep (`sweeps`: shape name -> rows), stacked, the book's width; the
+    environment line `env` above them. Returns the figure."""
+    from .. import plots
+
+    tiles = max((len({(r["BLOCK_M"], r["BLOCK_N"]) for r in rows}) for rows in sweeps.values()), default=1)
+    fig, axes = plots.figure(len(sweeps), 1, height=len(sweeps) * (1.25 + 0.36 * tiles) + 0.4, squeeze=False)
+    for ax, (name, rows) in zip(axes[:, 0], sweeps.items()):
+        top = best(rows)
+        heatmap(rows, ax=ax, title=f"{kernel}, {name}: median µs" + (f" (best {top[0]['label']})" if top else ""))
+    plots.env_line(fig, env)
+    return fig
+
+
+def plot_vs_sdpa(table: list[dict], env: str = ""):
+    """The table against SDPA (:func:`table_vs_sdpa`) as bars: each kernel's speed relative to SDPA per
+    shape, with the lines at 1 (SDPA's speed) and 0.9 (the target). Returns the figure."""
+    from .. import plots
+
+    names = [r["problem"].replace("B1 H16 ", "").replace("B4 H32 ", "").replace("B2 H32 ", "") for r in table]
+    keys = ("teaching", "tuned, one config", "tuned")
+    return plots.grouped_bars(names, {k: [r["speed_vs_sdpa"][k] for r in table] for k in keys},
+                              ylabel="speed relative to SDPA", log=False, env=env,
+                              hlines=((1.0, {}), (0.9, {"ls": "--"})))
 
 
 # ---- tl.dot and the loop it replaces -----------------------------------------------------------

@@ -369,10 +369,15 @@ def crossings(rows: list[dict], a="3-kernel (reference)", b="SDPA") -> list[floa
 
 
 def plot_crossover(rows, memory=None, ax=None, title=""):
-    """Time over S (log-log) for each kernel; the S where the score matrix outgrows L2 and any crossing marked."""
-    import matplotlib.pyplot as plt
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+    """Time over S (log-log) for each kernel; the S where the score matrix outgrows L2 and any crossing
+    marked. `title` (the environment line) goes above the plot, wrapped, at flashtutor.plots' sizes; the
+    legend below the axes, clear of the lines."""
+    from .. import plots
+    own = ax is None
+    if own:
+        fig, ax = plots.figure(height=4.2)
+    else:
+        plots.style_axes(ax)
     kernels = list(dict.fromkeys(r["kernel"] for r in rows if "us" in r))
     for name in kernels:
         pts = sorted((r["S"], r["us"]) for r in rows if r.get("kernel") == name and "us" in r)
@@ -383,16 +388,24 @@ def plot_crossover(rows, memory=None, ax=None, title=""):
         if fit and over:
             ax.axvspan(max(fit), min(over), color="orange", alpha=0.15,
                        label=f"fp32 scores outgrow L2 ({memory[0]['l2_bytes'] / 2**20:.0f} MiB)")
-    for x in crossings(rows):
-        ax.axvline(x, color="red", ls="--", lw=1)
-        ax.annotate(f"crossover S≈{x:.0f}", (x, ax.get_ylim()[1]), fontsize=7, color="red", ha="left", va="top")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length S (B=1, H=16, D=64)")
-    ax.set_ylabel("time per call, µs (L2 flushed)")
-    ax.set_title(title, fontsize=9)
+    xs = [r["S"] for r in rows if "us" in r]
+    for i, x in enumerate(crossings(rows)):
+        ax.axvline(x, color="red", ls="--", lw=1, label="crossover (3-kernel = SDPA)" if i == 0 else None)
+        right = xs and x > (min(xs) * max(xs)) ** 0.5           # label on the side with room
+        ax.annotate(f"S≈{x:.0f}", (x, 1.0), xycoords=("data", "axes fraction"), xytext=(-3 if right else 3, -3),
+                    textcoords="offset points", fontsize=plots.SMALL, color="red",
+                    ha="right" if right else "left", va="top")
+    ax.set_xlabel("sequence length S (B=1, H=16, D=64)", fontsize=plots.NORMAL)
+    ax.set_ylabel("time per call, µs (L2 flushed)", fontsize=plots.NORMAL)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    if own:
+        plots.legend(ax, where="below", ncol=2)
+        plots.env_line(fig, title)
+    else:
+        plots.legend(ax, where="right")
+        plots.title(ax, title, width_chars=70)
     return ax
 
 

@@ -277,34 +277,41 @@ def claims(rows, launch_rows=None) -> list[str]:
 
 
 def plot_per_seq(rows, key="graph", title=""):
-    """µs per sequence against B, one panel per S of the grid: every step, and the HBM floor."""
-    import matplotlib.pyplot as plt
+    """µs per sequence against B, one panel per S of the grid (three to a row): every step, and the HBM
+    floor; one legend under the panels, `title` (the basis and the environment line) above them, at
+    flashtutor.plots' sizes and the book's width."""
+    from .. import plots
 
     grid = [r for r in rows if r["B"] > 1]
     Ss = sorted({r["S"] for r in grid})
     steps = list(dict.fromkeys(r["step"] for r in grid))
-    fig, axes = plt.subplots(1, len(Ss), figsize=(4.2 * len(Ss), 3.4), dpi=110, squeeze=False)
-    for ax, S in zip(axes[0], Ss):
+    ncols = min(3, max(1, len(Ss)))
+    nrows = -(-len(Ss) // ncols) if Ss else 1
+    fig, axes = plots.figure(nrows, ncols, height=1.3 + 2.5 * nrows, squeeze=False)
+    for ax in axes.flat[len(Ss):]:
+        ax.set_visible(False)
+    for ax, S in zip(axes.flat, Ss):
         mine = [r for r in grid if r["S"] == S]
         Bs = sorted({r["B"] for r in mine})
         for step in steps:
             pts = [(r["B"], r.get(f"{key}_us_per_seq")) for r in mine if r["step"] == step]
             pts = [(b, y) for b, y in sorted(pts) if y]
             if pts:
-                ax.plot([b for b, _ in pts], [y for _, y in pts], "o-", label=step,
+                ax.plot([b for b, _ in pts], [y for _, y in pts], "o-", label=step, ms=4,
                         lw=2.2 if step in ("solution", "SDPA") else 1.0)
         floor = sorted((r["B"], r["floor"]["memory_us"] / r["B"]) for r in mine if r["step"] == "SDPA")
         ax.plot([b for b, _ in floor], [y for _, y in floor], "k--", lw=1, label="HBM floor")
         ax.set_xscale("log", base=2)
         ax.set_xticks(Bs, [str(b) for b in Bs])
+        ax.minorticks_off()
         ax.set_ylim(bottom=0)
-        ax.set_title(f"S = {S}", fontsize=9)
-        ax.set_xlabel("B (sequences per call)")
+        plots.title(ax, f"S = {S}")
+        ax.set_xlabel("B (sequences per call)", fontsize=plots.NORMAL)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("µs per sequence")
-    axes[0][-1].legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
+    for row in axes:
+        row[0].set_ylabel("µs per sequence", fontsize=plots.NORMAL)
+    plots.legend(fig, where="below", ncol=4)
+    plots.env_line(fig, title)
     return fig
 
 

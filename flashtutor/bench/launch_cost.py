@@ -301,14 +301,19 @@ def table(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], title: str = ""):
-    """Left: host issue time, GPU time per call and per graph node for every call. Right: a Triton
-    launch's host time against its number of arguments."""
-    import matplotlib.pyplot as plt
+    """Top: host issue time, GPU time per call and per graph node for every call. Bottom: a Triton
+    launch's host time against its number of arguments. The book's width, flashtutor.plots' sizes,
+    legends outside the axes, `title` (the environment line) above."""
     import numpy as np
 
+    from .. import plots
+
     rows = [r for r in rows if "issue_us" in r]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 0.9 + 0.42 * max(len(rows), 4)), dpi=110,
-                                  gridspec_kw={"width_ratios": [2.2, 1]})
+    tri = sorted((r["n_args"], r) for r in rows if r["group"] == "Triton")
+    top_h = 0.9 + 0.36 * max(len(rows), 4)
+    fig = plots.new_figure(height=top_h + (2.4 if tri else 0.0) + 0.4)
+    figs = fig.subfigures(2, 1, height_ratios=[top_h, 2.4]) if tri else [fig]
+    ax = plots.style_axes(figs[0].subplots())
     y = np.arange(len(rows))
     series = (("issue_us", "host: issue", "#2e6fcf"), ("gpu_us", "GPU per call", "#cf6a2e"),
               ("graph_node_us", "GPU per graph node", "#3a9a4a"))
@@ -316,22 +321,21 @@ def plot(rows: list[dict], title: str = ""):
     for i, (key, lab, color) in enumerate(series):
         vals = [r.get(key, np.nan) for r in rows]
         ax.barh(y + (i - 1) * h, vals, h, label=lab, color=color)
-    ax.set_yticks(y, [r["call"] for r in rows], fontsize=7)
+    ax.set_yticks(y, [r["call"] for r in rows], fontsize=plots.SMALL)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("µs per call (log scale)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlabel("µs per call (log scale)", fontsize=plots.NORMAL)
+    plots.legend(ax, where="above", ncol=3)
     ax.grid(axis="x", alpha=0.3, which="both")
-    tri = sorted((r["n_args"], r) for r in rows if r["group"] == "Triton")
     if tri:
+        ax2 = plots.style_axes(figs[1].subplots())
         ax2.plot([n for n, _ in tri], [r["issue_us"] for _, r in tri], "o-", color="#2e6fcf", label="host: issue")
         ax2.plot([n for n, _ in tri], [r.get("gpu_us", np.nan) for _, r in tri], "s--", color="#cf6a2e",
                  label="GPU per call")
-        ax2.set_xlabel("arguments of the empty Triton kernel")
-        ax2.set_ylabel("µs per call")
+        ax2.set_xlabel("arguments of the empty Triton kernel", fontsize=plots.NORMAL)
+        ax2.set_ylabel("µs per call", fontsize=plots.NORMAL)
         ax2.set_ylim(bottom=0)
-        ax2.legend(fontsize=7)
+        plots.legend(ax2, where="right")
         ax2.grid(alpha=0.3)
-    fig.suptitle(title or "What a call costs", fontsize=8)
-    fig.tight_layout()
+    plots.env_line(fig, title or "What a call costs")
     return fig
