@@ -140,6 +140,12 @@ def table(steps=None, probs=None, *, reps: int = 30, max_seconds: float = 10.0, 
                        progress=progress)
 
 
+def plot_steps(rows: list[dict], env: str = ""):
+    """The steps table (:func:`table`) as bars per shape: chapter 1's reference, steps a, b, c and SDPA."""
+    from .tables import plot_steps as _plot
+    return _plot(rows, ["ch1 reference", "a coalesced", "b smem tiles", "c online softmax", "SDPA"], env=env)
+
+
 def speedups(rows: list[dict], step: str = "c online softmax", over: str = "ch1 reference") -> list[dict]:
     """Per shape: ``over``'s time / ``step``'s time (what the chapter's speed rule is calibrated from)."""
     by = {}

@@ -115,6 +115,14 @@ def steps_table(sets=("seed", "small"), *, causal_seed: bool = True, earlier: bo
                              skip=_slow_skip(steps) if earlier else None)
 
 
+def plot_steps(rows: list[dict], env: str = ""):
+    """The steps table (:func:`steps_table`) as bars per shape: chapters 1 and 2, steps a, b, c, SDPA."""
+    from .tables import plot_steps as _plot
+    order = ["ch1 reference", "ch2 online softmax", "a wmma", "b + cp.async", "c + padding", "SDPA"]
+    colors = dict(zip(order, ("#888888", "#3c9a5f", "#cf6a2e", "#d9a632", "#8a5cc2", "#2e6fcf")))
+    return _plot(rows, order, env=env, colors=colors)
+
+
 def check_all(sets=CH.bench.check_sets, *, log=print) -> list[dict]:
     """Every wmma step on every shape of ``sets``, causal and not, plus large logits at the seed shape.
     The output buffers are NaN-filled (as under the grader); q, k, v and the reference are made once

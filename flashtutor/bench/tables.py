@@ -147,6 +147,25 @@ def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% flo
     return "\n".join(lines)
 
 
+def plot_steps(rows: list[dict], order=None, env: str = "", colors: dict | None = None):
+    """The steps table as bars: median µs per call (log scale) for each shape, one bar per step, in
+    `order` (default: as the rows name them; steps absent from every shape left out). The book's width,
+    flashtutor.plots' sizes, the legend right of the axes, `env` (the environment line) above.
+    Returns the figure."""
+    from .. import plots
+    med, probs = {}, []
+    for r in rows:
+        if r.get("median_us"):
+            med[r["problem"], r["step"]] = r["median_us"]
+            probs.append(r["problem"])
+    probs = list(dict.fromkeys(probs))
+    order = list(order or dict.fromkeys(r["step"] for r in rows))
+    present = [s for s in order if any((p, s) in med for p in probs)]
+    return plots.grouped_bars([p.replace(" D64", "") for p in probs],
+                              {s: [med.get((p, s)) for p in probs] for s in present},
+                              ylabel="µs per call (median, log)", env=env, colors=colors)
+
+
 def _us(x: float) -> str:
     return f"{x / 1000:.2f} ms" if x >= 1000 else f"{x:.1f} µs"
 
