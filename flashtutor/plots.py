@@ -10,8 +10,8 @@ wrapped 9-point line above the panels instead of a 7-point title. The same rule 
 diagrams (``book/diagrams/style.py``); ``tests/test_charts.py`` draws every chart with fake data and checks it.
 
 Figures use matplotlib's constrained layout, which makes room for the legends and the environment line
-inside the figure, so that a ``bbox_inches="tight"`` save (what Jupyter's inline backend does) is no
-wider than the figure. Importing this module changes nothing global; sizes are passed explicitly.
+inside the figure, so that the tight save is no wider than the figure plus its padding. Importing this
+module changes nothing global; sizes are passed explicitly.
 
     fig, ax = plots.figure(height=3.4)
     ax.plot(...); ax.set_xlabel("S")

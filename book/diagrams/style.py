@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from matplotlib import patches
 
-MIN_FONT_PT = 9.0          # the smallest text anywhere in a diagram
-MAX_WIDTH_IN = 7.5         # the book's content width: wider figures are scaled down on the page
+# the smallest text anywhere in a diagram, and the book's content width (wider figures are scaled down on the
+# page): the same rule as the measured charts'
+from flashtutor.plots import MAX_WIDTH_IN, MIN_FONT_PT  # noqa: E402,F401
 
 # Font sizes (points). Nothing below MIN_FONT_PT.
 SMALL = 9.0                # cell labels, annotations

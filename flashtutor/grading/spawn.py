@@ -215,12 +215,9 @@ def gpu_released(pid: int, timeout: float = 20.0) -> bool:
 
 
 def _log_release(pid: int, seconds: float, gone: bool) -> None:
+    from .timing import log_line          # the tier's log of where GPU time goes (FLASHTUTOR_BATCH_LOG)
     debug(f"worker {pid}'s GPU work {'gone' if gone else 'still listed'} after {seconds:.2f} s")
-    if os.environ.get("FLASHTUTOR_BATCH_LOG"):          # the tier's log of where GPU time goes
-        import json
-        with open(os.environ["FLASHTUTOR_BATCH_LOG"], "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "t": round(time.time(), 3), "event": "worker released",
-                                "worker": pid, "waited_s": round(seconds, 3), "gone": gone}) + "\n")
+    log_line(event="worker released", worker=pid, waited_s=round(seconds, 3), gone=gone)
 
 
 def _exit(code) -> str:

@@ -368,10 +368,6 @@ class ShapeRun:
     host_bound: list[str] = field(default_factory=list)
 
 
-def sleep_for(bench: Bench, n: int, host_us: float, factor: float) -> float:
-    return factor * (bench.judge_enqueue_us + n * host_us) + GATE_MARGIN_US
-
-
 class Gate:
     """How long a candidate's batch of ``n`` takes to issue, from what the judge saw of its batches whose gate
     held: the slowest of the last three of that size; for a size not seen yet, the largest fixed part seen
@@ -404,6 +400,11 @@ class Gate:
         if seen:
             return max(seen[-3:])
         return max(self.bench.judge_enqueue_us, self.fixed.get(name, 0.0)) + n * self.host[name]
+
+    @staticmethod
+    def sleep_us(expect_us: float, factor: float) -> float:
+        """The gate's sleep for a batch expected to take ``expect_us`` to issue."""
+        return factor * expect_us + GATE_MARGIN_US
 
 
 def batch_sizes(per_call_us: float, host_us: float, max_calls: int) -> tuple[int, int]:
@@ -445,7 +446,7 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
         expect = gate.expected(name, n)
         run = None
         for _ in range(1 if name in gate.hopeless else GATE_TRIES):
-            run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=factor * expect + GATE_MARGIN_US,
+            run = bench.batch(cands[name], problem, n, seed=seed(), sleep_us=gate.sleep_us(expect, factor),
                               timeout=timeout, **kw)
             if run.error or run.held:
                 break
@@ -465,7 +466,8 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
             if i == 0:              # the first call compiles and plans: not an issue time to expect, nor to gate
                 bench.label = f"{name} (warm-up)"
                 r = bench.batch(cands[name], problem, n, seed=seed(), timeout=max(timeout, 600.0),
-                                sleep_us=sleep_for(bench, n, host[name], bench.gate.get(name, GATE_FACTOR)))
+                                sleep_us=gate.sleep_us(gate.expected(name, n),
+                                                       bench.gate.get(name, GATE_FACTOR)))
             else:
                 r = gated(name, n, label=f"{name} (warm-up)")
             if r.error:
