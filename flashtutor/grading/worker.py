@@ -234,7 +234,11 @@ class Worker:
             self.tracer.start()
             self.tracer.stop()
         _debug("tracer warm")
-        self.fn = self._import()
+        try:
+            self.fn = self._import()
+        except BaseException:
+            _drain_arena(conn)
+            raise
         _debug("imported", self.path)
         msg = conn.recv()                   # ("arena", tensor, A handle, B handle) | ("arena_shm", name, numel)
         if msg[0] == "arena_shm":
@@ -310,6 +314,7 @@ class Worker:
             op = msg[0]
             _debug("got", op)
             if op == "quit":
+                self.release()
                 return
             spec = msg[1]
             if op == "call":
@@ -322,6 +327,21 @@ class Worker:
                 self.arena = spec
                 self.graphs.clear()
                 self.send({"op": "ok"})
+
+    def release(self) -> None:
+        """Drop every reference to the judge's arena and events before this process ends. The judge shares them
+        through CUDA IPC, and the sharing process counts what its consumers still hold: a block not handed back
+        by the time the judge exits is reported on the judge's stderr ("Producer process has been terminated
+        before all shared CUDA tensors released"), which a notebook shows under the grading cell."""
+        import gc
+        self.graphs.clear()
+        self.arena = self.A = self.B = None
+        tma = sys.modules.get("flashtutor.loaders.tma")
+        if tma is not None:                  # the course's tensor maps keep the tensors they map alive
+            tma.clear_cache()
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.synchronize()
 
     def _views(self, spec, slots):
         from .protocol import views
@@ -463,6 +483,32 @@ def _debug(*what) -> None:
         print(f"[worker {time.strftime('%H:%M:%S')}]", *what, flush=True)
 
 
+def _drain_arena(conn) -> None:
+    """The submission failed to import: take the arena the judge sends next and let it go at once, so that the
+    judge's count of shared CUDA blocks goes back to zero (see :meth:`Worker.release`). The judge sends the
+    arena, or "quit", before it reads this worker's answer; a judge that is gone sends nothing."""
+    import gc
+    try:
+        if conn.poll(60):
+            conn.recv()
+    except (EOFError, OSError):
+        pass
+    gc.collect()
+
+
+def _leave() -> None:
+    """End the worker without the interpreter's slow teardown (the tracer, CUDA modules): everything the
+    judge shared is handed back by then, the log is unbuffered, and the judge waits only 2 s before a kill."""
+    import ctypes
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        ctypes.CDLL(None).fflush(None)         # C stdio too: printf of an emulated kernel, a library's messages
+    except (OSError, AttributeError):
+        pass
+    os._exit(0)
+
+
 class _SetupFailure(Exception):
     def __init__(self, cause: Cause, message: str):
         super().__init__(message)
@@ -533,7 +579,7 @@ def main(fd: int) -> None:
     prof_dir = os.environ.get("FLASHTUTOR_CPROFILE")    # where a grading's time goes (scripts/probe_grading_cost.py)
     if not prof_dir:
         w.serve()
-        return
+        _leave()
     import cProfile
     prof = cProfile.Profile()
     prof.enable()
@@ -542,6 +588,7 @@ def main(fd: int) -> None:
     finally:
         prof.disable()
         prof.dump_stats(os.path.join(prof_dir, f"worker-{os.getpid()}.prof"))
+    _leave()
 
 
 if __name__ == "__main__":

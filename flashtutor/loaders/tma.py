@@ -224,6 +224,12 @@ def tensor_map(t, *, box_rows: int, box_cols: int = 64, swizzle: int = 128) -> T
     return m
 
 
+def clear_cache() -> None:
+    """Forget every remembered map, and so the tensors they keep alive (a grading worker calls this before it
+    ends: the tensors it was given belong to another process, which counts the ones still held)."""
+    _cache.clear()
+
+
 # ---------------------------------------------------------------- launching ----------------------
 def kernel_params(args, sizes) -> tuple[tuple, tuple]:
     """``cuLaunchKernel``'s (values, ctypes types) pair for ``args``; ``sizes`` are the kernel's
