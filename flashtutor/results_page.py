@@ -263,7 +263,7 @@ def ladder_sources(rows: list[dict]) -> str:
             continue
         extra = ""
         if r["older"]:
-            extra = f"; the newest of {len(r['older']) + 1}, older: " + ", ".join(src(n) for n in r["older"])
+            extra = f"; the newest of {len(r['older']) + 1}, older: " + ", ".join(src(n) for n in reversed(r["older"]))
         rr = r.get("report_rule") or {}
         then = []
         if rr.get("max_ratio_vs_sdpa"):

@@ -238,7 +238,7 @@ def test_the_newest_report_is_used_and_named(results_copy):
     text = rp.render(results_copy)
     assert _ladder_row(text, "h100", "04")[1].startswith("77.7 µs")
     sources = _section(text, "### NVIDIA H100 80GB HBM3")
-    assert f"`results/{newer.name}`" in sources and f"older: `results/{old.name}`" in sources
+    assert f"`results/{newer.name}`" in sources and f"older: `results/{old.name}`" in sources   # the next newest first
 
 
 def test_a_stale_page_fails_the_check(tmp_path, results_copy, page):
