@@ -324,7 +324,19 @@ def _chart_ch01_bars():
                               ylabel="µs per call (median, log)", env=ENV)
 
 
-CHARTS = {"ch04.heatmap": _chart_heatmap, "ch04.heatmaps": _chart_heatmaps, "ch04.plot_vs_sdpa": _chart_vs_sdpa,
+def _chart_report():
+    """The grade report's chart (its HTML view in a notebook): ten shapes, three candidates, a log axis."""
+    from flashtutor.grading.evidence import Measurement, TimingResult
+    from flashtutor.grading.report import Report
+    r = Report(chapter="01", title="t", path="x.py", device="cuda",
+               env={"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-23 22:06 UTC · torch 2.11.0+cu130"})
+    for i, p in enumerate(SHAPES):
+        m = [Measurement(v, 0.97 * v, 1.03 * v, 5) for v in (1000.0 * (i + 1), 300.0 * (i + 1), 10.0 + i)]
+        r.timings.append(TimingResult(p, "stream", times=dict(zip(("learner", "reference", "sdpa"), m))))
+    return r.chart()
+
+
+CHARTS = {"report.chart": _chart_report, "ch04.heatmap": _chart_heatmap, "ch04.heatmaps": _chart_heatmaps, "ch04.plot_vs_sdpa": _chart_vs_sdpa,
           "ch05.plot_crossover": _chart_crossover, "ch06.plot_per_seq": _chart_per_seq,
           "launch_cost.plot": _chart_launch_cost, "ch02.plot_steps": _chart_ch02_steps,
           "ch03.plot_steps": _chart_ch03_steps, "plots.grouped_bars": _chart_ch01_bars}

@@ -397,36 +397,57 @@ class Report:
         return "\n".join(h)
 
     def chart_png(self) -> str | None:
-        """Bars of GPU time per call, yours vs SDPA (and the reference), per timed shape; base64 PNG."""
+        """:meth:`chart` as a base64 PNG (what the notebook's HTML report embeds), or None with nothing timed."""
+        fig = self.chart()
+        if fig is None:
+            return None
+        import matplotlib.pyplot as plt
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+        plt.close(fig)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    def chart(self):
+        """Bars of GPU time per call, yours vs SDPA (and the reference or baseline), per timed shape, with the
+        p10-p90 spread of the rounds; drawn by flashtutor.plots' rules (7.2 in wide, no text below 9 pt on the
+        page, legend outside the bars, the GPU and date as a wrapped line above). A log axis only when the
+        times span more than a decade: inside one, log bars from an arbitrary floor misstate their ratios."""
         rows = [x for x in self.timings if x.times]
         if not rows:
             return None
         import matplotlib
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        names = [x.problem for x in rows]
+        from .. import plots
         series = [("yours", "learner", "#cf6a2e"), ("reference", "reference", "#888888"),
                   ("baseline", "baseline", "#aaaaaa"), ("SDPA", "sdpa", "#2e6fcf")]
         series = [s for s in series if all(s[1] in x.times for x in rows)]
-        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 3.6), dpi=110)
+        fig, ax = plots.figure(height=3.6)
         w = 0.8 / len(series)
+        values = []
         for i, (label, key, c) in enumerate(series):
             med = [x.times[key].median_us for x in rows]
             lo = [max(m - x.times[key].p10_us, 0) for m, x in zip(med, rows)]
             hi = [max(x.times[key].p90_us - m, 0) for m, x in zip(med, rows)]
-            ax.bar([j + i * w for j in range(len(rows))], med, w, yerr=[lo, hi], label=label, color=c, capsize=2)
-        ax.set_yscale("log")
-        ax.set_ylabel("GPU µs per call (log)", fontsize=10)
+            ax.bar([j + i * w for j in range(len(rows))], med, w, yerr=[lo, hi], label=label, color=c, capsize=2,
+                   error_kw={"lw": 0.8})
+            values += [m for m in med if m > 0]
+        log = bool(values) and max(values) / min(values) > 10
+        if log:
+            ax.set_yscale("log")
+        ax.set_ylabel("GPU µs per call" + (" (log)" if log else ""), fontsize=plots.NORMAL)
         ax.set_xticks([j + w * (len(series) - 1) / 2 for j in range(len(rows))])
-        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=9)
-        ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.set_title(f"chapter {self.chapter}: GPU time per call on {self.env.get('gpu') or 'this GPU'} "
-                     f"({self.env.get('date', '')})", fontsize=10)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        plt.close(fig)
-        return base64.b64encode(buf.getvalue()).decode()
+        same_d = len({x.problem.rsplit(" D", 1)[-1] for x in rows}) == 1       # one head dim: said once, above
+        ax.set_xticklabels([x.problem.rsplit(" D", 1)[0] if same_d else x.problem for x in rows], rotation=30,
+                           ha="right", rotation_mode="anchor", fontsize=plots.SMALL)
+        ax.grid(axis="y", alpha=0.3, which="major")
+        ax.set_axisbelow(True)
+        plots.legend(ax, where="right")
+        basis = {x.basis for x in rows}
+        plots.env_line(fig, f"chapter {self.chapter}: GPU time per call"
+                            + (", graph-replayed" if basis == {"graph"} else "")
+                            + (f", D = {rows[0].problem.rsplit(' D', 1)[-1]}" if same_d else "")
+                            + f" · {self.env.get('gpu') or 'this GPU'} · {self.env.get('date', '')}")
+        return fig
 
 
 def _n(n: int, what: str) -> str:
