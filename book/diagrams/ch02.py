@@ -88,8 +88,8 @@ def tiles() -> Figure:
         st.box(ax, rx, y - hh, rw, hh, fc=st.IDLE if bar else "white", ec=st.GRID, lw=0.8,
                text=s_, size=st.SMALL, color=st.MUTED if bar else st.TEXT)
         y -= hh + 1.1
-    ax.text(rx, 25, f"{THREADS} threads, a 16 × 16 grid:\nthread (tx, ty) takes rows 4·ty … 4·ty + 3\n"
-                    f"and keys tx, tx + 16, tx + 32, tx + 48", fontsize=st.SMALL, va="center", linespacing=1.3)
+    ax.text(rx, 23, f"thread (tx, ty) of {THREADS} (16 × 16):\nrows 4·ty + i, i = 0 … {TM - 1},\n"
+                    f"keys tx + 16·j, j = 0 … {TN - 1}", fontsize=st.SMALL, va="center", linespacing=1.3)
     st.box(ax, rx, 1, rw, 14, fc=st.light(st.REG, 0.3), ec=st.GRID, lw=0.8)
     ax.text(rx + rw / 2, 11.5, "registers (each thread)", ha="center", va="center", fontsize=st.SMALL,
             weight="bold")

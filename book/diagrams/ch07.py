@@ -282,11 +282,10 @@ def swizzle() -> Figure:
         ax.set_yticks([7.5 - r for r in range(8)])
         ax.set_yticklabels([str(r) for r in range(8)], fontsize=FONT)
         ax.tick_params(length=0)
-        ax.set_xlabel("bank group (4 banks)", fontsize=FONT)
         ax.set_title(title, fontsize=FONT)
         banks = len({where(r, 5) for r in range(8)})
-        ax.text(4, -2.6, f"chunk 5 of rows 0–7: {banks} group{'s' if banks > 1 else ''}, "
-                         f"{8 // banks} pass{'es' if 8 // banks > 1 else ''}", ha="center", fontsize=FONT)
+        ax.set_xlabel(f"bank group (4 banks)\nchunk 5: {banks} group{'s' if banks > 1 else ''}, "
+                      f"{8 // banks} pass{'es' if 8 // banks > 1 else ''}", fontsize=FONT, linespacing=1.5)
     axes[0].set_ylabel("tile row", fontsize=FONT)
     fig.suptitle("Which bank group each 16-byte chunk (the number in the cell) of rows 0–7 lands in",
                  fontsize=TITLE)
