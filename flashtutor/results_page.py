@@ -857,7 +857,8 @@ def section_claims(res: Results) -> str:
            "the course's folder). Each claim below is quoted as the seed states it; the measurement is the "
            "course's, computed from the results files named beside it. A claim **holds** when the measurement is "
            f"within {100 * (TOL - 1):.0f}% of the claimed figure or better than it, **does not hold** otherwise, and is **not measured "
-           "yet** when no file in `results/` tests it. Seed `004`'s own figures come from an L4 GPU (its headroom "
+           "yet** when no file in `results/` tests it. Where the measurement is a range over several shapes, the claim "
+           "must hold on every one of them: its least favourable end is compared. Seed `004`'s own figures come from an L4 GPU (its headroom "
            "section says so), so its gains are set against gains measured on Hopper. The last column links the chapter that discusses the claim.", "",
            "| seed | the claim | what the course measured (and from which files) | verdict | discussed in |",
            "|---|---|---|---|---|"]

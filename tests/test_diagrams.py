@@ -251,6 +251,6 @@ def test_ch06_timeline_and_tile_loop_are_the_chapters():
     ch06 = _load("ch06")
     t = ch06.stored_times()
     assert t["host_direct_us"] > t["host_graph_us"] > 0 and t["gpu_direct_us"] > 0 and t["gpu_graph_us"] > 0
-    out = _stored_text(_chapter_notebooks()["06"], "n_tiles, P = 10, 4")
+    out = _stored_text(_chapter_notebooks()["06"], "n_tiles, P = 12, 4")
     assert "tile -> (b·h, key chunk, query block): " + str([ch06.tile_coords(t) for t in range(12)]) in out
     assert "program 0: tiles [0, 4, 8]" in out
