@@ -8,13 +8,7 @@
 # A notebook is written back only when its run ends, so one cut off by the limit keeps its previous outputs.
 set -u
 LIMIT=$1; shift
-R=/tmp/nb
-rm -rf "$R"; mkdir -p "$R"
-finish() { tar czf "${OUT:-/tmp}/nb.tgz" -C /tmp nb; }
-trap finish EXIT
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.backends.cudnn.version())"; } \
-    > "$R/gpu.txt"
-cat "$R/gpu.txt"
+. "$(dirname "$0")/lent_gpu.sh"
+collect_in nb
 NB_REPORT=$R/nb-report.json timeout -s INT "$LIMIT" python3 scripts/execute_notebooks.py "$@"
 for nb in "$@"; do mkdir -p "$R/$(dirname "$nb")"; cp "$nb" "$R/$nb"; done

@@ -10,13 +10,8 @@
 # and warm02.{json,log}: one warm grading of chapter 2 from the command line, timed.
 set -u
 LIMIT=${1:-450}
-R=/tmp/res
-rm -rf "$R"; mkdir -p "$R"
-finish() { tar czf "${OUT:-/tmp}/res.tgz" -C /tmp res; }
-trap finish EXIT
-nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
-python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.backends.cudnn.version())" >> "$R/gpu.txt"
-cat "$R/gpu.txt"
+. "$(dirname "$0")/lent_gpu.sh"
+collect_in res
 FLASHTUTOR_BATCH_LOG=$R/batches-tier.jsonl FLASHTUTOR_CORPUS_JSON=$R/corpus.json FLASHTUTOR_RESULTS_DIR=$R \
     timeout -s INT "$LIMIT" python3 -m pytest -m gpu tests/ -q -rfEs -p no:cacheprovider --durations=12 \
     > "$R/tier.log" 2>&1

@@ -114,8 +114,8 @@ def timeline() -> Figure:
 
 
 def pace(t: dict) -> str:
-    """Who sets the pace of the graph-replayed loop, from the stored times (the host of an H200 and the slower
-    one of an H100 differ here: on the H100 host of 2026-11-26 a replay cost 23 µs, twice the GPU's time)."""
+    """Who sets the pace of the graph-replayed loop, from the stored times: it depends on the host (on the H100's
+    slower host a replay took longer than the kernel, so the host still set the pace)."""
     if t["host_graph_us"] <= t["gpu_graph_us"]:
         return "with the graph, the GPU sets the pace."
     cut = t["host_direct_us"] / t["host_graph_us"]

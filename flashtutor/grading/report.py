@@ -436,16 +436,16 @@ class Report:
             ax.set_yscale("log")
         ax.set_ylabel("GPU µs per call" + (" (log)" if log else ""), fontsize=plots.NORMAL)
         ax.set_xticks([j + w * (len(series) - 1) / 2 for j in range(len(rows))])
-        same_d = len({x.problem.rsplit(" D", 1)[-1] for x in rows}) == 1       # one head dim: said once, above
-        ax.set_xticklabels([x.problem.rsplit(" D", 1)[0] if same_d else x.problem for x in rows], rotation=30,
-                           ha="right", rotation_mode="anchor", fontsize=plots.SMALL)
+        dims = {x.problem.rsplit(" D", 1)[-1] for x in rows}          # one head dim: said once, above the bars
+        ax.set_xticklabels([x.problem.rsplit(" D", 1)[0] if len(dims) == 1 else x.problem for x in rows],
+                           rotation=30, ha="right", rotation_mode="anchor", fontsize=plots.SMALL)
         ax.grid(axis="y", alpha=0.3, which="major")
         ax.set_axisbelow(True)
         plots.legend(ax, where="right")
         basis = {x.basis for x in rows}
         plots.env_line(fig, f"chapter {self.chapter}: GPU time per call"
                             + (", graph-replayed" if basis == {"graph"} else "")
-                            + (f", D = {rows[0].problem.rsplit(' D', 1)[-1]}" if same_d else "")
+                            + (f", D = {next(iter(dims))}" if len(dims) == 1 else "")
                             + f" · {self.env.get('gpu') or 'this GPU'} · {self.env.get('date', '')}")
         return fig
 
