@@ -239,3 +239,12 @@ def test_chapter_7_run_writes_what_its_readers_read(tmp_path, monkeypatch):
     (run,) = ch07.stored(tmp_path)                                         # read back as the chapter reads it
     assert run["kind"] == "bench07" and run["file"] == "results/bench07-h100-2026-11-25.json"
     assert len(run["rows"]) == len(doc["rows"]) and run["peaks"]["tensor_tflops"] == _peaks().tensor_tflops
+
+
+def test_ch07_latest_keeps_the_newest_run_per_gpu_and_kind():
+    from flashtutor.bench import ch07
+    runs = [{"gpu": g, "kind": k, "date": d, "file": f"{g}-{k}-{d}"}
+            for g, k, d in (("H100", "ch07", "2026-11-23"), ("H100", "ch07", "2026-11-26"), ("H100", "grade", "2026-11-23"),
+                            ("H200", "grade", "2026-11-26"), ("H200", "grade", "2026-11-23"))]
+    assert [r["file"] for r in ch07.latest(runs)] == ["H100-ch07-2026-11-26", "H100-grade-2026-11-23",
+                                                       "H200-grade-2026-11-26"]

@@ -333,6 +333,12 @@ def test_bench06_claims_are_read_from_the_numbers():
     assert "'< 5 µs per sequence' (solution" in text and "1 of 1 grid shapes" in text
     table = per_seq_table(rows, "graph")
     assert "B32 H16 S128 D64" in table and "0.27" in table                  # 8.5 / 32 µs per sequence
+    launch = [{"call": "torch.add", "group": "PyTorch", "n_args": 2, "done_us": 6.4, "issue_us": 6.3,
+               "graph_node_us": 1.03},
+              {"call": "Triton empty", "group": "Triton", "n_args": 1, "done_us": 10.3, "graph_node_us": 0.99},
+              {"call": "SDPA (cudnn)", "group": "SDPA", "n_args": 3, "done_us": 16.8, "graph_node_us": 13.99}]
+    launch_line = claims(rows, launch)[0]
+    assert "graph nodes 0.99–1.03 µs" in launch_line and "13.99" not in launch_line   # SDPA's work is no launch cost
 
 
 # ---------------------------------------------------------------- GPU tier ------------------------

@@ -105,6 +105,16 @@ def stored(results_dir: Path | None = None) -> list[dict]:
     return runs
 
 
+def latest(runs: list[dict]) -> list[dict]:
+    """The newest run of each (GPU, kind of file), in ``runs``' order: the table a reader needs first."""
+    newest = {}
+    for run in runs:
+        key = (run["gpu"], run["kind"])
+        if key not in newest or run["date"] >= newest[key]["date"]:
+            newest[key] = run
+    return [run for run in runs if newest[(run["gpu"], run["kind"])] is run]
+
+
 def describe_run(run: dict) -> str:
     steps = sorted({r["step"] for r in run["rows"]})
     return (f"{run['file']}: {run['gpu']}, {run['date']}; steps {', '.join(steps) or 'none'}, "

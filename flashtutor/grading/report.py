@@ -415,9 +415,7 @@ class Report:
         rows = [x for x in self.timings if x.times]
         if not rows:
             return None
-        import matplotlib
-        matplotlib.use("Agg")
-        from .. import plots
+        from .. import plots      # no backend switch: in a notebook that would stop its inline figures
         series = [("yours", "learner", "#cf6a2e"), ("reference", "reference", "#888888"),
                   ("baseline", "baseline", "#aaaaaa"), ("SDPA", "sdpa", "#2e6fcf")]
         series = [s for s in series if all(s[1] in x.times for x in rows)]
