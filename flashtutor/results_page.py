@@ -278,6 +278,24 @@ def ladder_sources(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def host_cost_note(res: Results) -> str:
+    """Why the host column is several times a plain launch's cost, from the newest scripts/probe_host_cost.py file."""
+    names = res.names("host-cost-*.json")
+    if not names:
+        return ""
+    name = names[-1]
+    d = res.load(name)
+    m = d["median_host_us_per_call"]
+    gpu = d.get("environment", {}).get("gpu", "the GPU's host")
+    return (f"The host column is the judge's view of a call, not a bare launch. On the host of an {gpu}, "
+            f"one SDPA call at {shape(d['problem'])} cost the host {m['plain']:.1f} µs issued plainly (the same tensors each call), "
+            f"{m['views']:.1f} µs when each call's inputs are sliced from the judge's arena, {m['traced']:.1f} µs under the "
+            f"judge's tracer (the profiler that sees which kernels a call launched), and {m['judge']:.1f} µs with both, as the "
+            f"grader issues it (medians of {d['rounds']} rounds of {d['calls_per_sample']} calls, from {src(name)}). "
+            "The same overheads apply to your calls, so the column compares like with like; neither reaches the GPU "
+            "time, which is taken with the host's work already queued.")
+
+
 def section_ladder(res: Results) -> str:
     out = ["## The ladder against SDPA", "",
            "Two tables per GPU, a row per chapter: the chapter's solution as the grader timed it (`flashtutor grade NN --solution` "
@@ -293,6 +311,9 @@ def section_ladder(res: Results) -> str:
            "the host, measured on separate batches: a stream of calls goes at the pace of the larger of the two. "
            "The **speed rule** is today's, from `flashtutor/chapters.py`, applied to the report's timings; the "
            "sources under each table give the verdict each report reached under the rule it was graded with.", ""]
+    why = host_cost_note(res)
+    if why:
+        out += [why, ""]
     for gpu, gpu_name in GPUS:
         rows = ladder_rows(res, gpu)
         name = next((r["env"].get("gpu") for r in rows if r.get("env", {}).get("gpu")), gpu_name)

@@ -252,3 +252,14 @@ def test_a_stale_page_fails_the_check(tmp_path, results_copy, page):
     assert rp.main(["--check", "--results", str(results_copy), "--page", str(stale)]) == 1
     assert rp.main(["--results", str(results_copy), "--page", str(stale)]) == 0     # regenerating fixes it
     assert rp.main(["--check", "--results", str(results_copy), "--page", str(stale)]) == 0
+
+
+def test_host_cost_note_reads_the_newest_probe(results_copy):
+    probe = json.loads(next(RESULTS.glob("host-cost-*.json")).read_text())
+    probe["median_host_us_per_call"]["judge"] = 123.4
+    (results_copy / "host-cost-h100-2099-01-01.json").write_text(json.dumps(probe))
+    note = rp.host_cost_note(rp.Results(results_copy))
+    assert "123.4 µs with both" in note and "host-cost-h100-2099-01-01.json" in note
+    for f in results_copy.glob("host-cost-*.json"):
+        f.unlink()
+    assert rp.host_cost_note(rp.Results(results_copy)) == ""          # no probe file: no claim about it
