@@ -78,8 +78,8 @@
 constexpr int CONSUMERS = 2;                  // consumer warpgroups per block (the ping-pong is for two)
 constexpr int Br = 64 * CONSUMERS;            // query rows per work tile: 64 (wgmma's M) per consumer
 constexpr int THREADS = 128 * (1 + CONSUMERS);   // producer warpgroup + consumers: 384
-constexpr int PRODUCER_REGS = 24;             // setmaxnreg targets (multiples of 8, 24..256):
-constexpr int CONSUMER_REGS = 240;            //   128·24 + 256·240 = 64512 ≤ 65536 registers per SM
+constexpr int PRODUCER_REGS = 32;             // setmaxnreg targets (multiples of 8, 24..256):
+constexpr int CONSUMER_REGS = 240;            //   128·32 + 256·240 = 65536 registers per SM, all of them
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;            // 8 rows × 128 bytes: the swizzle pattern repeats after this
 constexpr int TURN_BAR = 1;                   // named barriers TURN_BAR + c (c = 0, 1); 0 is __syncthreads'
@@ -157,13 +157,14 @@ struct Tiles {
     static constexpr int BOXES = D / BOX;                  // 64-column boxes per row: 1 (D 64) or 2 (D 128)
     static constexpr int Q_BYTES = Br * D * 2;             // Q tile        [BOXES][Br][64] fp16, swizzled
     static constexpr int KV_BYTES = BC * D * 2;            // a K or V tile [BOXES][BC][64] fp16, swizzled
-    static constexpr int FIT = (BLOCK_SMEM - SWIZZLE_ATOM - Q_BYTES - 8 * (2 + 4 * MAX_STAGES)) / (2 * KV_BYTES);
+    static constexpr int FIT = (BLOCK_SMEM - SWIZZLE_ATOM - Q_BYTES - 8 * (3 + 4 * MAX_STAGES)) / (2 * KV_BYTES);
     static constexpr int STAGES = FIT < MAX_STAGES ? FIT : MAX_STAGES;   // slots per ring (K and V each)
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = Q_OFF + Q_BYTES;          // K ring       [STAGES] K tiles
     static constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;   // V ring    [STAGES] V tiles
     static constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES; // q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]
-    static constexpr int BYTES = BAR_OFF + 8 * (2 + 4 * STAGES);
+    static constexpr int WORK_OFF = BAR_OFF + 8 * (2 + 4 * STAGES);   // the work tile the producer posted (an int)
+    static constexpr int BYTES = WORK_OFF + 8;
     static_assert(D % BOX == 0, "D must be a multiple of 64");
     static_assert(BC % 16 == 0 && BC >= 16 && BC <= 256, "Bc: a multiple of 16 (wgmma's K for P·V), at most 256");
     static_assert(STAGES >= 2, "two slots per ring at least");
@@ -185,8 +186,10 @@ struct Smem {                                      // shared-memory addresses of
     u32 q, k, v;                                   // Q [BOXES][Br][64]; K, V rings [STAGES][BOXES][BC][64]
     u32 q_full, q_empty;                           // Q landed; both consumers are done with it
     u32 k_full, k_empty, v_full, v_empty;          // per slot s: + 8s
-    __device__ explicit Smem(u32 base) {
+    volatile int* work;                            // the block's current work tile, written by the producer
+    __device__ Smem(u32 base, unsigned char* base_ptr) {
         using T = Tiles<D, BC>;
+        work = reinterpret_cast<volatile int*>(base_ptr + T::WORK_OFF);
         q = base + T::Q_OFF; k = base + T::K_OFF; v = base + T::V_OFF;
         q_full = base + T::BAR_OFF; q_empty = q_full + 8;
         k_full = q_empty + 8; k_empty = k_full + 8 * T::STAGES;
@@ -194,17 +197,24 @@ struct Smem {                                      // shared-memory addresses of
     }
 };
 
-// A work tile: Br query rows of one head. Head-major, and within a head the last query rows first (with
-// causal masking they have the most key tiles): w = head · n_qblocks + (n_qblocks - 1 - query block).
+// A work tile: Br query rows of one head. The numbering puts the heaviest tiles first (with causal
+// masking a head's last query rows need the most key tiles) without scattering the heads over L2: heads
+// go in groups of `group` (the launcher sizes a group so that its K and V fit in L2 together), and inside
+// a group the order is query block, last first, then head:
+//   w = g · (group · n_qblocks) + (n_qblocks - 1 - query block) · group + (head - g · group).
+// group = 1 is head-major, each head's last query block first.
 struct Work {
     int row0;                                      // the head's first row in [B·H·S, D]
     int q0;                                        // the tile's first query row
     int n_tiles;                                   // key tiles it needs (causal: up to its last row)
 };
 template <int BC>
-__device__ __forceinline__ Work work_tile(int w, int n_qblocks, int S, int causal) {
-    const int head = w / n_qblocks;
-    const int q0 = (n_qblocks - 1 - (w - head * n_qblocks)) * Br;
+__device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int group, int S, int causal) {
+    const int span = group * n_qblocks;
+    const int g = w / span, r = w - g * span;
+    const int in_group = min(group, heads - g * group);                  // the last group may be smaller
+    const int head = g * group + r % in_group;
+    const int q0 = (n_qblocks - 1 - r / in_group) * Br;
     const int n_key_tiles = (S + BC - 1) / BC;
     const int last_row = min(q0 + Br, S) - 1;
     return {head * S, q0, causal ? min(n_key_tiles, last_row / BC + 1) : n_key_tiles};
@@ -214,7 +224,8 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int S, int causa
 // V_{n-1} — each into its ring's next slot once the consumers have released that slot.
 template <int D, int BC>
 __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
-                                         const CUtensorMap* tmV, int n_work, int n_qblocks, int S, int causal) {
+                                         const CUtensorMap* tmV, int n_work, int n_qblocks, int heads, int group,
+                                         int S, int causal, int* sched) {
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     int nk = 0, nv = 0;                                              // K and V tiles posted so far (all work tiles)
@@ -226,10 +237,17 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
         for (int b = 0; b < T::BOXES; ++b) tma_load_2d(ring + s * T::KV_BYTES + b * BC * 128, map, b * BOX, row, full + 8 * s);
         ++n;
     };
+    // The next work tile: taken from the shared counter (dynamic), or every gridDim.x-th (static).
+    auto next = [&](int w) { return sched ? atomicAdd(sched, 1) : (w < 0 ? (int)blockIdx.x : w + (int)gridDim.x); };
     int t = 0;                                                       // work tiles of this block so far
-    for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++t) {
-        const Work wk = work_tile<BC>(w, n_qblocks, S, causal);
+    for (int w = next(-1);; w = next(w), ++t) {
         if (t > 0) mbar_wait(sm.q_empty, (t - 1) & 1);               // both consumers finished the last Q·Kᵀ
+        *sm.work = w;                                                // read by the consumers once q_full completes
+        if (w >= n_work) {                                           // no more: q_full completes without a copy
+            mbar_arrive(sm.q_full);
+            break;
+        }
+        const Work wk = work_tile<BC>(w, n_qblocks, heads, group, S, causal);
         mbar_arrive_expect_tx(sm.q_full, T::Q_BYTES);
 #pragma unroll
         for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q + b * Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full);
@@ -239,6 +257,16 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
             post(sm.v, sm.v_full, sm.v_empty, tmV, nv, wk.row0 + (j - 1) * BC);
         }
         post(sm.v, sm.v_full, sm.v_empty, tmV, nv, wk.row0 + (wk.n_tiles - 1) * BC);
+    }
+    // Every block takes from the counter until it reads n_work or more, so once all gridDim.x blocks
+    // have counted themselves out here, nobody reads it any more: the last one resets it for the next
+    // launch on this stream (kernels on one stream run one after the other).
+    if (sched) {
+        __threadfence();
+        if (atomicAdd(sched + 1, 1) == (int)gridDim.x - 1) {
+            sched[0] = 0;
+            sched[1] = 0;
+        }
     }
     // The consumers wait for every tile posted here before they finish, so no copy is still writing
     // into shared memory when the block ends.
@@ -314,7 +342,7 @@ __device__ __forceinline__ void online_softmax(float (&sc)[BC / 2], float (&m_i)
 // A consumer warpgroup: 64 query rows of each work tile, against every K/V tile the producer loads.
 template <int D, int BC>
 __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int n_work,
-                                         int n_qblocks, int S, float scale_log2, int causal) {
+                                         int n_qblocks, int heads, int group, int S, float scale_log2, int causal) {
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
@@ -361,16 +389,15 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     auto release = [&](u32 empty, int s, int& n) { if (tid == 0) mbar_arrive(empty + 8 * s); ++n; };
 
     // Ping-pong turns: wait for ours, issue, hand the turn over (see the header for the counting).
-    bool last_turn = false;                                               // the block's very last turn
     auto begin_turn = [&] { named_bar_sync(TURN_BAR + c, 256); };
-    auto end_turn = [&] {
-        if (!(c == 1 && last_turn)) named_bar_arrive(TURN_BAR + 1 - c, 256);
-    };
+    auto end_turn = [&] { named_bar_arrive(TURN_BAR + 1 - c, 256); };
     if (c == 1) named_bar_arrive(TURN_BAR + 0, 256);                      // warpgroup 0 takes the first turn
 
-    int t = 0;                                                            // work tiles of this block so far
-    for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++t) {
-        const Work wk = work_tile<BC>(w, n_qblocks, S, causal);
+    for (int t = 0;; ++t) {                                               // t: work tiles of this block so far
+        mbar_wait(sm.q_full, t & 1);                                      // the producer posted a work tile (and its Q)
+        const int w = *sm.work;
+        if (w >= n_work) break;                                           // or said there is none left
+        const Work wk = work_tile<BC>(w, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
         const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
 #pragma unroll
@@ -379,7 +406,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         l_i[0] = l_i[1] = 0.f;
 
         // Prologue: S_0 and its softmax (acc is 0: its rescale by alpha_0 = 0 is harmless).
-        mbar_wait(sm.q_full, t & 1);
         int ks = wait_k();                                                // K_0 has landed
         begin_turn();
         wgmma_fence();
@@ -422,7 +448,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         fence_regs(acc);
         fence_regs(p);
         const int vs = wait_v();
-        last_turn = w + gridDim.x >= n_work;
         begin_turn();
         wgmma_fence();
         issue_pv(vs);
@@ -451,6 +476,9 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             }
         }
     }
+    // Warpgroup 1 arrived once up front and once after each of its turns, one arrival more than warpgroup
+    // 0 had turns: take it, so that both named barriers end balanced.
+    if (c == 0) named_bar_sync(TURN_BAR + 0, 256);
 }
 
 template <int D, int BC>
@@ -467,10 +495,11 @@ __device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
 
 // The block's work with one tile configuration: set up the barriers, split the roles.
 template <int D, int BC>
-__device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
-                                          __half* __restrict__ O, int S, int n_work, int n_qblocks,
-                                          float scale_log2, int causal) {
-    const Smem<D, BC> sm(base);
+__device__ __forceinline__ void run_block(u32 base, unsigned char* base_ptr, const CUtensorMap* tmQ,
+                                          const CUtensorMap* tmK, const CUtensorMap* tmV, __half* __restrict__ O,
+                                          int S, int n_work, int n_qblocks, int heads, int group, float scale_log2,
+                                          int causal, int* sched) {
+    const Smem<D, BC> sm(base, base_ptr);
     if (threadIdx.x == 0) {
         tma_prefetch_map(tmQ); tma_prefetch_map(tmK); tma_prefetch_map(tmV);
         init_barriers<D, BC>(sm);
@@ -481,10 +510,10 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ, cons
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<D, BC>(sm, tmQ, tmK, tmV, n_work, n_qblocks, S, causal);
+        if (threadIdx.x == 0) producer<D, BC>(sm, tmQ, tmK, tmV, n_work, n_qblocks, heads, group, S, causal, sched);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer<D, BC>(sm, wg - 1, O, n_work, n_qblocks, S, scale_log2, causal);
+        consumer<D, BC>(sm, wg - 1, O, n_work, n_qblocks, heads, group, S, scale_log2, causal);
     }
 }
 
@@ -493,19 +522,23 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
                                                 const CUtensorMap* tmK,   // [B·H·S, D] fp16, box [Bc, 64]
                                                 const CUtensorMap* tmV,   // [B·H·S, D] fp16, box [Bc, 64]
                                                 __half* __restrict__ O,   // [B, H, S, D]
-                                                int S, int heads, float scale_log2, int causal) {
+                                                int S, int heads, float scale_log2, int causal,
+                                                int* sched,               // [2] zeros, or nullptr: a static walk
+                                                int group) {              // heads per group of the work order
     // Align the tiles to a swizzle atom (the launcher allocated SWIZZLE_ATOM bytes of slack for this).
     const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
+    unsigned char* base_ptr = smem_raw + (base - smem_u32(smem_raw));
     const int n_qblocks = (S + Br - 1) / Br;
     const int n_work = n_qblocks * heads;                                 // work tiles; the grid may be smaller
     // The key-tile width of this head dim and masking (one branch when both are the same).
     constexpr int BC = D == 64 ? BC_D64 : BC_D128;
     constexpr int BC_CAUSAL = D == 64 ? BC_D64_CAUSAL : BC_D128_CAUSAL;
     if constexpr (BC == BC_CAUSAL) {
-        run_block<D, BC>(base, tmQ, tmK, tmV, O, S, n_work, n_qblocks, scale_log2, causal);
+        run_block<D, BC>(base, base_ptr, tmQ, tmK, tmV, O, S, n_work, n_qblocks, heads, group, scale_log2, causal, sched);
+    } else if (causal) {
+        run_block<D, BC_CAUSAL>(base, base_ptr, tmQ, tmK, tmV, O, S, n_work, n_qblocks, heads, group, scale_log2, causal, sched);
     } else {
-        if (causal) run_block<D, BC_CAUSAL>(base, tmQ, tmK, tmV, O, S, n_work, n_qblocks, scale_log2, causal);
-        else run_block<D, BC>(base, tmQ, tmK, tmV, O, S, n_work, n_qblocks, scale_log2, causal);
+        run_block<D, BC>(base, base_ptr, tmQ, tmK, tmV, O, S, n_work, n_qblocks, heads, group, scale_log2, causal, sched);
     }
 }
 
@@ -513,11 +546,13 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
 // setmaxnreg needs; the consumers then raise theirs to CONSUMER_REGS.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d64(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-    const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal) {
-    attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal);
+    const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
+    int* sched, int group) {
+    attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d128(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-    const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal) {
-    attention_block<128>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal);
+    const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
+    int* sched, int group) {
+    attention_block<128>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group);
 }

@@ -1,12 +1,13 @@
 """Chapter 7, step c: step b plus the two overlaps of FlashAttention-3 — ping-pong between the consumer
 warpgroups (named-barrier turns) and, within each, the next Q·Kᵀ issued before the previous P·V and the
 softmax run under the P·V — with K and V in rings of their own, wider key tiles where nothing is masked,
-and a persistent grid (one block per SM walking the work tiles).
+and a persistent grid (one block per SM walking the work tiles; with causal masking each block takes
+the next tile from a counter in global memory, heaviest tiles first).
 
 The kernel is ``k07c_pingpong.cu`` (its header explains the reordering and the turn counting). The
-launcher picks the key-tile width per head dim and masking (``TILES``, passed to the kernel as defines)
-and sizes the grid. ``variant(...)`` builds the same kernel with other choices (scripts/ch07_gpu.py
---sweep times them).
+launcher picks the key-tile width per head dim and masking (``TILES``, passed to the kernel as defines),
+the schedule (``SCHEDULE``) and the work order's head groups (``group_heads``), and sizes the grid.
+``variant(...)`` builds the same kernel with other choices (scripts/ch07_gpu.py --sweep times them).
 """
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ BLOCK_SMEM = 227 * 1024         # the most dynamic shared memory a block may hav
 TILES = {(64, False): 128, (64, True): 128, (128, False): 176, (128, True): 176}
 Bc = TILES[(128, False)]        # the widest (D 128 without masking); tile(D, causal) gives each
 MAX_STAGES = 4                  # K and V ring slots at most
-PERSISTENT = {False: True, True: False}   # causal → one block per SM walking the work tiles (else one per tile)
+# causal → how blocks get their work tiles: "grid" one block per tile (the hardware hands out blocks),
+# "static" one block per SM taking every gridDim-th tile, "dynamic" one block per SM taking the next tile
+# from a counter (where the tiles differ in length: causal masking).
+SCHEDULE = {False: "static", True: "dynamic"}
+L2_SHARE = 0.5                  # the work order groups heads whose K and V fill at most this share of L2
 EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on the FMA pipe (the .cu's EXP2_FMA_EVERY)
 SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
 
@@ -46,7 +51,7 @@ def _defines(tiles: dict, max_stages: int, exp2_fma_every: int, row_split: int) 
 def _stages(D: int, bc: int, max_stages: int = MAX_STAGES) -> int:
     """K (and V) ring slots: as many as fit in 227 KB, at most ``max_stages`` (Tiles<D, BC>::STAGES)."""
     q = Br * D * 2
-    fit = (BLOCK_SMEM - ALIGN - q - 8 * (2 + 4 * max_stages)) // (2 * bc * D * 2)
+    fit = (BLOCK_SMEM - ALIGN - q - 8 * (3 + 4 * max_stages)) // (2 * bc * D * 2)
     return min(fit, max_stages)
 
 
@@ -57,7 +62,7 @@ def stages(D: int, causal: bool = False) -> int:
 
 def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES) -> int:
     s = _stages(D, bc, max_stages)
-    return Br * D * 2 + 2 * s * bc * D * 2 + 8 * (2 + 4 * s)    # Q, the K and V rings, the barriers
+    return Br * D * 2 + 2 * s * bc * D * 2 + 8 * (2 + 4 * s) + 8    # Q, the K and V rings, the barriers, the work slot
 
 
 def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES) -> int:
@@ -77,24 +82,47 @@ def require_hopper() -> None:
                            f"sm_90a; this GPU, {torch.cuda.get_device_name()}, is sm_{cc[0]}{cc[1]}")
 
 
-_sms: dict[int, int] = {}
+_props: dict[int, tuple[int, int]] = {}
 
 
-def _sm_count(device) -> int:
+def _device_props(device) -> tuple[int, int]:
+    """(SMs, L2 bytes) of ``device``, read once."""
     import torch
     i = device.index if device.index is not None else torch.cuda.current_device()
-    if i not in _sms:
-        _sms[i] = torch.cuda.get_device_properties(i).multi_processor_count
-    return _sms[i]
+    if i not in _props:
+        pr = torch.cuda.get_device_properties(i)
+        _props[i] = (pr.multi_processor_count, pr.L2_cache_size)
+    return _props[i]
 
 
-def variant(*, tiles: dict | None = None, persistent: dict | None = None, max_stages: int = MAX_STAGES,
-            exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT):
+def group_heads(S: int, D: int, l2_bytes: int, heads: int) -> int:
+    """Heads per group of the work order: as many as have their K and V (fp16) in ``L2_SHARE`` of L2."""
+    per_head = 2 * S * D * 2
+    return max(1, min(heads, int(L2_SHARE * l2_bytes) // per_head))
+
+
+_counters: dict[tuple[int, int], object] = {}
+
+
+def _counter(device):
+    """Two zeroed int32 per (device, stream) for the dynamic schedule: the next work tile and the blocks done.
+    The kernel's last block resets them, and kernels on one stream run one after another, so one pair
+    serves every launch on that stream."""
+    import torch
+    key = (device.index if device.index is not None else torch.cuda.current_device(),
+           torch.cuda.current_stream(device).cuda_stream)
+    if key not in _counters:
+        _counters[key] = torch.zeros(2, dtype=torch.int32, device=device)
+    return _counters[key]
+
+
+def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
+            max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
-    ``persistent`` (causal → bool), ``max_stages``, ``exp2_fma_every``, ``row_split``. Compiled on
-    first use."""
+    ``schedule`` (causal → "grid" / "static" / "dynamic"), ``grouped`` (causal work in head groups, heaviest
+    first; else head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``. Compiled on first use."""
     tiles = {**TILES, **(tiles or {})}
-    persistent = {**PERSISTENT, **(persistent or {})}
+    schedule = {**SCHEDULE, **(schedule or {})}
     defines = _defines(tiles, max_stages, exp2_fma_every, row_split)
     smem = {D: shared_bytes(D, tiles=tiles, max_stages=max_stages) for D in (64, 128)}
     state = {"mod": None}
@@ -112,18 +140,22 @@ def variant(*, tiles: dict | None = None, persistent: dict | None = None, max_st
         rows = B * H * S
         bc = tiles[(D, bool(causal))]
         n_work = (S + Br - 1) // Br * B * H                                  # work tiles: Br query rows of one head
-        if n_work >= 2 ** 31:
+        if n_work + 1024 >= 2 ** 31:
             raise ValueError(f"{n_work} work tiles: more than the kernel's int indices hold")
-        grid = min(n_work, _sm_count(q.device)) if persistent[bool(causal)] else n_work
+        sms, l2 = _device_props(q.device)
+        how = schedule[bool(causal)]
+        grid = n_work if how == "grid" else min(n_work, sms)
+        sched = _counter(q.device) if how == "dynamic" and n_work > grid else 0    # 0: a null pointer
+        group = group_heads(S, D, l2, B * H) if causal and grouped else 1
         tq = tma.tensor_map(q.view(rows, D), box_rows=Br, box_cols=BOX)      # boxes [Br, 64] of Q
         tk = tma.tensor_map(k.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of K
         tv = tma.tensor_map(v.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of V
         tma.launch(module().kernel(KERNELS[D]), grid=(grid,), block=(THREADS,), shared_mem=smem[D],
-                   args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal)))
+                   args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal), sched, group))
         return o
 
     attention.module = module
-    attention.config = {"tiles": tiles, "persistent": persistent, "max_stages": max_stages,
+    attention.config = {"tiles": tiles, "schedule": schedule, "grouped": grouped, "max_stages": max_stages,
                         "exp2_fma_every": exp2_fma_every, "row_split": row_split}
     return attention
 
