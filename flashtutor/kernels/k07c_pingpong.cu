@@ -78,8 +78,14 @@
 constexpr int CONSUMERS = 2;                  // consumer warpgroups per block (the ping-pong is for two)
 constexpr int Br = 64 * CONSUMERS;            // query rows per work tile: 64 (wgmma's M) per consumer
 constexpr int THREADS = 128 * (1 + CONSUMERS);   // producer warpgroup + consumers: 384
-constexpr int PRODUCER_REGS = 32;             // setmaxnreg targets (multiples of 8, 24..256):
-constexpr int CONSUMER_REGS = 240;            //   128·32 + 256·240 = 65536 registers per SM, all of them
+constexpr int PRODUCER_REGS = 24;             // setmaxnreg targets (multiples of 8, 24..256):
+constexpr int CONSUMER_REGS = 240;            //   128·24 + 256·240 = 64512 ≤ 65536 registers per SM
+constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;   // what __launch_bounds__(THREADS, 1) gives each thread: 168
+// setmaxnreg.inc takes registers only from those its own block gave back (the block's pool), never from the
+// SM's spare ones, and waits until they are there: the consumers' raise must be covered by the producer's cut,
+// or they wait forever (producer 32 and consumers 240 hang: 136·128 registers freed, 72·256 wanted).
+static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (CONSUMER_REGS - LAUNCH_REGS) * 128 * CONSUMERS,
+              "the consumers' setmaxnreg.inc would wait forever for registers the producer never frees");
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;            // 8 rows × 128 bytes: the swizzle pattern repeats after this
 constexpr int TURN_BAR = 1;                   // named barriers TURN_BAR + c (c = 0, 1); 0 is __syncthreads'
@@ -151,6 +157,16 @@ __device__ __forceinline__ float exp2_poly(float x) {
 
 constexpr int FMA_EVERY = EXP2_FMA_EVERY > 0 ? EXP2_FMA_EVERY : 1;   // (a divisor even when unused)
 
+// An int in shared memory by its shared-window address (one register, where a generic pointer takes two).
+__device__ __forceinline__ void st_shared(u32 addr, int x) {
+    asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");
+}
+__device__ __forceinline__ int ld_shared(u32 addr) {
+    int x;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(x) : "r"(addr) : "memory");
+    return x;
+}
+
 // Dynamic shared memory of one tile configuration, in bytes (the launcher adds SWIZZLE_ATOM of slack).
 template <int D, int BC>
 struct Tiles {
@@ -186,10 +202,10 @@ struct Smem {                                      // shared-memory addresses of
     u32 q, k, v;                                   // Q [BOXES][Br][64]; K, V rings [STAGES][BOXES][BC][64]
     u32 q_full, q_empty;                           // Q landed; both consumers are done with it
     u32 k_full, k_empty, v_full, v_empty;          // per slot s: + 8s
-    volatile int* work;                            // the block's current work tile, written by the producer
-    __device__ Smem(u32 base, unsigned char* base_ptr) {
+    u32 work;                                      // the block's current work tile (an int), posted by the producer
+    __device__ explicit Smem(u32 base) {
         using T = Tiles<D, BC>;
-        work = reinterpret_cast<volatile int*>(base_ptr + T::WORK_OFF);
+        work = base + T::WORK_OFF;
         q = base + T::Q_OFF; k = base + T::K_OFF; v = base + T::V_OFF;
         q_full = base + T::BAR_OFF; q_empty = q_full + 8;
         k_full = q_empty + 8; k_empty = k_full + 8 * T::STAGES;
@@ -224,8 +240,9 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
 // V_{n-1} — each into its ring's next slot once the consumers have released that slot.
 template <int D, int BC>
 __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
-                                         const CUtensorMap* tmV, int n_work, int n_qblocks, int heads, int group,
-                                         int S, int causal, int* sched) {
+                                         const CUtensorMap* tmV, int heads, int group, int S, int causal, int* sched) {
+    const int n_qblocks = (S + Br - 1) / Br, n_work = n_qblocks * heads;   // (computed per role: kept across the
+                                                                          // role split, the value was spilled)
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     int nk = 0, nv = 0;                                              // K and V tiles posted so far (all work tiles)
@@ -242,7 +259,7 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
     int t = 0;                                                       // work tiles of this block so far
     for (int w = next(-1);; w = next(w), ++t) {
         if (t > 0) mbar_wait(sm.q_empty, (t - 1) & 1);               // both consumers finished the last Q·Kᵀ
-        *sm.work = w;                                                // read by the consumers once q_full completes
+        st_shared(sm.work, w);                                       // read by the consumers once q_full completes
         if (w >= n_work) {                                           // no more: q_full completes without a copy
             mbar_arrive(sm.q_full);
             break;
@@ -341,8 +358,9 @@ __device__ __forceinline__ void online_softmax(float (&sc)[BC / 2], float (&m_i)
 
 // A consumer warpgroup: 64 query rows of each work tile, against every K/V tile the producer loads.
 template <int D, int BC>
-__device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int n_work,
-                                         int n_qblocks, int heads, int group, int S, float scale_log2, int causal) {
+__device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int heads, int group,
+                                         int S, float scale_log2, int causal) {
+    const int n_qblocks = (S + Br - 1) / Br, n_work = n_qblocks * heads;
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
@@ -395,7 +413,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 
     for (int t = 0;; ++t) {                                               // t: work tiles of this block so far
         mbar_wait(sm.q_full, t & 1);                                      // the producer posted a work tile (and its Q)
-        const int w = *sm.work;
+        const int w = ld_shared(sm.work);
         if (w >= n_work) break;                                           // or said there is none left
         const Work wk = work_tile<BC>(w, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
@@ -495,11 +513,10 @@ __device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
 
 // The block's work with one tile configuration: set up the barriers, split the roles.
 template <int D, int BC>
-__device__ __forceinline__ void run_block(u32 base, unsigned char* base_ptr, const CUtensorMap* tmQ,
+__device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
                                           const CUtensorMap* tmK, const CUtensorMap* tmV, __half* __restrict__ O,
-                                          int S, int n_work, int n_qblocks, int heads, int group, float scale_log2,
-                                          int causal, int* sched) {
-    const Smem<D, BC> sm(base, base_ptr);
+                                          int S, int heads, int group, float scale_log2, int causal, int* sched) {
+    const Smem<D, BC> sm(base);
     if (threadIdx.x == 0) {
         tma_prefetch_map(tmQ); tma_prefetch_map(tmK); tma_prefetch_map(tmV);
         init_barriers<D, BC>(sm);
@@ -510,10 +527,10 @@ __device__ __forceinline__ void run_block(u32 base, unsigned char* base_ptr, con
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<D, BC>(sm, tmQ, tmK, tmV, n_work, n_qblocks, heads, group, S, causal, sched);
+        if (threadIdx.x == 0) producer<D, BC>(sm, tmQ, tmK, tmV, heads, group, S, causal, sched);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer<D, BC>(sm, wg - 1, O, n_work, n_qblocks, heads, group, S, scale_log2, causal);
+        consumer<D, BC>(sm, wg - 1, O, heads, group, S, scale_log2, causal);
     }
 }
 
@@ -527,18 +544,15 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
                                                 int group) {              // heads per group of the work order
     // Align the tiles to a swizzle atom (the launcher allocated SWIZZLE_ATOM bytes of slack for this).
     const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
-    unsigned char* base_ptr = smem_raw + (base - smem_u32(smem_raw));
-    const int n_qblocks = (S + Br - 1) / Br;
-    const int n_work = n_qblocks * heads;                                 // work tiles; the grid may be smaller
     // The key-tile width of this head dim and masking (one branch when both are the same).
     constexpr int BC = D == 64 ? BC_D64 : BC_D128;
     constexpr int BC_CAUSAL = D == 64 ? BC_D64_CAUSAL : BC_D128_CAUSAL;
     if constexpr (BC == BC_CAUSAL) {
-        run_block<D, BC>(base, base_ptr, tmQ, tmK, tmV, O, S, n_work, n_qblocks, heads, group, scale_log2, causal, sched);
+        run_block<D, BC>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
     } else if (causal) {
-        run_block<D, BC_CAUSAL>(base, base_ptr, tmQ, tmK, tmV, O, S, n_work, n_qblocks, heads, group, scale_log2, causal, sched);
+        run_block<D, BC_CAUSAL>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
     } else {
-        run_block<D, BC>(base, base_ptr, tmQ, tmK, tmV, O, S, n_work, n_qblocks, heads, group, scale_log2, causal, sched);
+        run_block<D, BC>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
     }
 }
 
