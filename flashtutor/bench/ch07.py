@@ -98,7 +98,7 @@ def stored(results_dir: Path | None = None) -> list[dict]:
     readers = (("ch07-*.json", _read_ch07), ("grade07-*.json", _read_grade), ("bench07-*.json", _read_bench07))
     runs = []
     for pattern, read in readers:
-        for path in sorted(results_dir.glob(pattern)):
+        for path in sorted(results_dir.glob(pattern), key=lambda f: f.stem):   # "-26" before "-26-dynamic"
             run = read(path)
             run["file"] = f"results/{path.name}"
             runs.append(run)

@@ -26,18 +26,19 @@
 // Bc = 176 at D = 128 (fewer per-tile costs — the rescale of O, the row reductions, the waits, the
 // turns — per key; FlashAttention-3's choice), 128 at D = 64. The row max and sum of the softmax are
 // computed as four partial results each (SOFTMAX_SPLIT), not as one chain of dependent instructions.
-// Persistent grid (without causal masking): one block per SM (the launcher sizes the grid), each block
-// walks the work tiles w = blockIdx.x, blockIdx.x + gridDim.x, … (work tile = 128 query rows of one
-// head). The producer loads the next tile's Q as soon as both consumers have finished their last
-// S = Q·Kᵀ, so the next tile's first loads overlap this tile's last P·V and its output stores. With
-// causal masking the work tiles differ in length, and a static walk would give some SMs more than
-// others: there the launcher starts one block per work tile, and the hardware hands the next one to
-// whichever SM is free (the same kernel runs either way).
+// Persistent grid: one block per SM (the launcher sizes the grid). Each block walks work tiles (work tile
+// = 128 query rows of one head) until none is left; the producer posts each tile's number in shared memory
+// beside its Q, and loads the next tile's Q as soon as both consumers have finished their last S = Q·Kᵀ,
+// so the next tile's first loads overlap this tile's last P·V and its output stores. Without masking the
+// tiles are all alike and a block takes every gridDim.x-th one. With causal masking a tile's length grows
+// with its query block, so a fixed share would leave some SMs with more work than others: there a block
+// takes the next tile from a counter in global memory (an atomicAdd), and the tiles are numbered heaviest
+// first, in groups of heads whose K and V fit in L2 together. The kernel's last block resets the counter.
 //
 // What changed since step b: the consumer loop (prologue, pipelined body, epilogue), the named-barrier
 // turns, K and V rings with their own barriers and depth (as many slots as fit in 227 KB, up to 4),
-// the tile width per head dim, the split row reductions, the work-tile loop and the Q full/empty
-// barriers; the exercise's stop-instead-of-hang plumbing is gone (this file is not an exercise).
+// the tile width per head dim, the split row reductions, the work-tile loop (with its counter) and the Q
+// full/empty barriers; the exercise's stop-instead-of-hang plumbing is gone (this file is not an exercise).
 // Limitation: O is still written with 4-byte stores straight from registers (FlashAttention-3 goes
 // through shared memory and a TMA store), and a work tile's first Q·Kᵀ waits for its Q, which can only
 // be loaded once both consumers are done with the last one (one Q buffer: a second does not fit next to
