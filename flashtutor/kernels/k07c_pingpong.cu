@@ -158,6 +158,14 @@ __device__ __forceinline__ float exp2_poly(float x) {
 
 constexpr int FMA_EVERY = EXP2_FMA_EVERY > 0 ? EXP2_FMA_EVERY : 1;   // (a divisor even when unused)
 
+// gridDim.x, read from its special register where it is needed: held across the producer's loop, the
+// value was spilled (24 registers leave no room for it).
+__device__ __forceinline__ int grid_blocks() {
+    int n;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
+    return n;
+}
+
 // An int in shared memory by its shared-window address (one register, where a generic pointer takes two).
 __device__ __forceinline__ void st_shared(u32 addr, int x) {
     asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");
@@ -200,18 +208,19 @@ extern __shared__ __align__(1024) unsigned char smem_raw[];
 // ---------------------------------------------------------------- the kernel ---------------------
 template <int D, int BC>
 struct Smem {                                      // shared-memory addresses of one block's tiles and barriers
-    u32 q, k, v;                                   // Q [BOXES][Br][64]; K, V rings [STAGES][BOXES][BC][64]
-    u32 q_full, q_empty;                           // Q landed; both consumers are done with it
-    u32 k_full, k_empty, v_full, v_empty;          // per slot s: + 8s
-    u32 work;                                      // the block's current work tile (an int), posted by the producer
-    __device__ explicit Smem(u32 base) {
-        using T = Tiles<D, BC>;
-        work = base + T::WORK_OFF;
-        q = base + T::Q_OFF; k = base + T::K_OFF; v = base + T::V_OFF;
-        q_full = base + T::BAR_OFF; q_empty = q_full + 8;
-        k_full = q_empty + 8; k_empty = k_full + 8 * T::STAGES;
-        v_full = k_empty + 8 * T::STAGES; v_empty = v_full + 8 * T::STAGES;
-    }
+    u32 base;                                      // the rest are constant offsets from it, computed where used
+    using T = Tiles<D, BC>;                        // (held as ten registers, they made the producer spill)
+    __device__ explicit Smem(u32 b) : base(b) {}
+    __device__ u32 q() const { return base + T::Q_OFF; }            // Q [BOXES][Br][64]
+    __device__ u32 k() const { return base + T::K_OFF; }            // K ring [STAGES][BOXES][BC][64]
+    __device__ u32 v() const { return base + T::V_OFF; }            // V ring, the same
+    __device__ u32 q_full() const { return base + T::BAR_OFF; }     // Q landed
+    __device__ u32 q_empty() const { return q_full() + 8; }         // both consumers are done with it
+    __device__ u32 k_full() const { return q_full() + 16; }         // per slot s: + 8s
+    __device__ u32 k_empty() const { return k_full() + 8 * T::STAGES; }
+    __device__ u32 v_full() const { return k_empty() + 8 * T::STAGES; }
+    __device__ u32 v_empty() const { return v_full() + 8 * T::STAGES; }
+    __device__ u32 work() const { return base + T::WORK_OFF; }      // the block's current work tile (an int)
 };
 
 // A work tile: Br query rows of one head. The numbering puts the heaviest tiles first (with causal
@@ -225,13 +234,20 @@ struct Work {
     int q0;                                        // the tile's first query row
     int n_tiles;                                   // key tiles it needs (causal: up to its last row)
 };
-template <int BC>
+template <int BC, bool GROUPED>
 __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int group, int S, int causal) {
-    const int span = group * n_qblocks;
-    const int g = w / span, r = w - g * span;
-    const int in_group = min(group, heads - g * group);                  // the last group may be smaller
-    const int head = g * group + r % in_group;
-    const int q0 = (n_qblocks - 1 - r / in_group) * Br;
+    int head, qb;
+    if constexpr (GROUPED) {
+        const int span = group * n_qblocks;
+        const int g = w / span, r = w - g * span;
+        const int in_group = min(group, heads - g * group);              // the last group may be smaller
+        head = g * group + r % in_group;
+        qb = r / in_group;
+    } else {                                                             // group = 1
+        head = w / n_qblocks;
+        qb = w - head * n_qblocks;
+    }
+    const int q0 = (n_qblocks - 1 - qb) * Br;
     const int n_key_tiles = (S + BC - 1) / BC;
     const int last_row = min(q0 + Br, S) - 1;
     return {head * S, q0, causal ? min(n_key_tiles, last_row / BC + 1) : n_key_tiles};
@@ -239,7 +255,7 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
 
 // The producer: one thread posts, per work tile, Q, then K_0, then K_j and V_{j-1} for j = 1…n-1, then
 // V_{n-1} — each into its ring's next slot once the consumers have released that slot.
-template <int D, int BC>
+template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
                                          const CUtensorMap* tmV, int heads, int group, int S, int causal, int* sched) {
     const int n_qblocks = (S + Br - 1) / Br, n_work = n_qblocks * heads;   // (computed per role: kept across the
@@ -255,31 +271,31 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
         for (int b = 0; b < T::BOXES; ++b) tma_load_2d(ring + s * T::KV_BYTES + b * BC * 128, map, b * BOX, row, full + 8 * s);
         ++n;
     };
-    // The next work tile: taken from the shared counter (dynamic), or every gridDim.x-th (static).
-    auto next = [&](int w) { return sched ? atomicAdd(sched, 1) : (w < 0 ? (int)blockIdx.x : w + (int)gridDim.x); };
+    // The next work tile: taken from the counter (dynamic), or every gridDim.x-th (static).
+    auto next = [&](int w) { return DYNAMIC ? atomicAdd(sched, 1) : (w < 0 ? (int)blockIdx.x : w + grid_blocks()); };
     int t = 0;                                                       // work tiles of this block so far
     for (int w = next(-1);; w = next(w), ++t) {
-        if (t > 0) mbar_wait(sm.q_empty, (t - 1) & 1);               // both consumers finished the last Q·Kᵀ
-        st_shared(sm.work, w);                                       // read by the consumers once q_full completes
-        if (w >= n_work) {                                           // no more: q_full completes without a copy
-            mbar_arrive(sm.q_full);
+        if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);               // both consumers finished the last Q·Kᵀ
+        if (DYNAMIC) st_shared(sm.work(), w);                          // read by the consumers once q_full completes
+        if (w >= n_work) {
+            if (DYNAMIC) mbar_arrive(sm.q_full());                     // "no more": q_full completes without a copy
             break;
         }
-        const Work wk = work_tile<BC>(w, n_qblocks, heads, group, S, causal);
-        mbar_arrive_expect_tx(sm.q_full, T::Q_BYTES);
+        const Work wk = work_tile<BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
+        mbar_arrive_expect_tx(sm.q_full(), T::Q_BYTES);
 #pragma unroll
-        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q + b * Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full);
-        post(sm.k, sm.k_full, sm.k_empty, tmK, nk, wk.row0);
+        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q() + b * Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full());
+        post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, wk.row0);
         for (int j = 1; j < wk.n_tiles; ++j) {
-            post(sm.k, sm.k_full, sm.k_empty, tmK, nk, wk.row0 + j * BC);
-            post(sm.v, sm.v_full, sm.v_empty, tmV, nv, wk.row0 + (j - 1) * BC);
+            post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, wk.row0 + j * BC);
+            post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, wk.row0 + (j - 1) * BC);
         }
-        post(sm.v, sm.v_full, sm.v_empty, tmV, nv, wk.row0 + (wk.n_tiles - 1) * BC);
+        post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, wk.row0 + (wk.n_tiles - 1) * BC);
     }
     // Every block takes from the counter until it reads n_work or more, so once all gridDim.x blocks
     // have counted themselves out here, nobody reads it any more: the last one resets it for the next
     // launch on this stream (kernels on one stream run one after the other).
-    if (sched) {
+    if (DYNAMIC) {
         __threadfence();
         if (atomicAdd(sched + 1, 1) == (int)gridDim.x - 1) {
             sched[0] = 0;
@@ -358,14 +374,14 @@ __device__ __forceinline__ void online_softmax(float (&sc)[BC / 2], float (&m_i)
 }
 
 // A consumer warpgroup: 64 query rows of each work tile, against every K/V tile the producer loads.
-template <int D, int BC>
+template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int heads, int group,
                                          int S, float scale_log2, int causal) {
     const int n_qblocks = (S + Br - 1) / Br, n_work = n_qblocks * heads;
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
-    const u32 sQ = sm.q + c * 64 * 128;                                   // its 64 rows of each Q box
+    const u32 sQ = sm.q() + c * 64 * 128;                                   // its 64 rows of each Q box
     const int r_lo = 16 * warp + lane / 4;                                // this thread's rows: r_lo, r_lo + 8
     const int c_lane = 2 * (lane % 4);                                    // its first column in each 8-column chunk
     float acc[D / 2];                                                     // O accumulator [64, D] fp32 (this thread's share)
@@ -376,7 +392,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     int nk = 0, nv = 0;                                                   // K and V tiles consumed (the producer's count)
 
     auto issue_s = [&](int s) {                                           // S = Q·K_sᵀ, one wgmma group
-        const u32 k_tile = sm.k + s * T::KV_BYTES;
+        const u32 k_tile = sm.k() + s * T::KV_BYTES;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 in_box = (kk % 4) * 32;                             // 16 halves = 32 bytes per step, in the row
@@ -387,7 +403,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         wgmma_commit();
     };
     auto issue_pv = [&](int s) {                                          // O += P·V_s, one wgmma group
-        const u32 v_tile = sm.v + s * T::KV_BYTES;
+        const u32 v_tile = sm.v() + s * T::KV_BYTES;
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk)
             wgmma_rs<D>(acc, p[kk], make_desc(v_tile + kk * 16 * 128, BC * 128, SWIZZLE_ATOM));
@@ -403,8 +419,8 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] *= alpha[(i / 2) % 2];
     };
-    auto wait_k = [&] { const int s = nk % STAGES; mbar_wait(sm.k_full + 8 * s, (nk / STAGES) & 1); return s; };
-    auto wait_v = [&] { const int s = nv % STAGES; mbar_wait(sm.v_full + 8 * s, (nv / STAGES) & 1); return s; };
+    auto wait_k = [&] { const int s = nk % STAGES; mbar_wait(sm.k_full() + 8 * s, (nk / STAGES) & 1); return s; };
+    auto wait_v = [&] { const int s = nv % STAGES; mbar_wait(sm.v_full() + 8 * s, (nv / STAGES) & 1); return s; };
     auto release = [&](u32 empty, int s, int& n) { if (tid == 0) mbar_arrive(empty + 8 * s); ++n; };
 
     // Ping-pong turns: wait for ours, issue, hand the turn over (see the header for the counting).
@@ -413,10 +429,15 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     if (c == 1) named_bar_arrive(TURN_BAR + 0, 256);                      // warpgroup 0 takes the first turn
 
     for (int t = 0;; ++t) {                                               // t: work tiles of this block so far
-        mbar_wait(sm.q_full, t & 1);                                      // the producer posted a work tile (and its Q)
-        const int w = ld_shared(sm.work);
-        if (w >= n_work) break;                                           // or said there is none left
-        const Work wk = work_tile<BC>(w, n_qblocks, heads, group, S, causal);
+        int w;
+        if constexpr (DYNAMIC) {
+            mbar_wait(sm.q_full(), t & 1);                                  // the producer posted a work tile (and its Q)
+            w = ld_shared(sm.work());                                       // or said there is none left
+        } else {
+            w = blockIdx.x + t * gridDim.x;                               // the same walk as the producer's
+        }
+        if (w >= n_work) break;
+        const Work wk = work_tile<BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
         const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
 #pragma unroll
@@ -425,6 +446,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         l_i[0] = l_i[1] = 0.f;
 
         // Prologue: S_0 and its softmax (acc is 0: its rescale by alpha_0 = 0 is harmless).
+        if constexpr (!DYNAMIC) mbar_wait(sm.q_full(), t & 1);              // Q has landed
         int ks = wait_k();                                                // K_0 has landed
         begin_turn();
         wgmma_fence();
@@ -432,8 +454,8 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         end_turn();
         wgmma_wait<0>();
         fence_regs(sc);
-        release(sm.k_empty, ks, nk);
-        if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty);            // Q no longer read
+        release(sm.k_empty(), ks, nk);
+        if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty());            // Q no longer read
         mask_tile<BC>(sc, 0, q0c, r_lo, c_lane, S, causal);
         online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);
         pack_p();
@@ -452,13 +474,13 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             end_turn();
             wgmma_wait<1>();                                              // S_j is done; P·V may still run
             fence_regs(sc);
-            release(sm.k_empty, ks, nk);                                  // K_j no longer read
-            if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty);    // nor Q, in this work tile
+            release(sm.k_empty(), ks, nk);                                  // K_j no longer read
+            if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty());    // nor Q, in this work tile
             mask_tile<BC>(sc, j * BC, q0c, r_lo, c_lane, S, causal);
             online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);          // ...under the P·V
             wgmma_wait<0>();                                              // P_{j-1}·V_{j-1} is done
             fence_regs(acc);
-            release(sm.v_empty, vs, nv);                                  // V_{j-1} no longer read
+            release(sm.v_empty(), vs, nv);                                  // V_{j-1} no longer read
             pack_p();
         }
 
@@ -473,7 +495,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         end_turn();
         wgmma_wait<0>();
         fence_regs(acc);
-        release(sm.v_empty, vs, nv);
+        release(sm.v_empty(), vs, nv);
 
         float inv[2];
 #pragma unroll
@@ -502,18 +524,18 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 
 template <int D, int BC>
 __device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
-    mbar_init(sm.q_full, 1);                                              // the producer's arrive + TMA's bytes
-    mbar_init(sm.q_empty, CONSUMERS);                                     // one arrival per consumer warpgroup
+    mbar_init(sm.q_full(), 1);                                              // the producer's arrive + TMA's bytes
+    mbar_init(sm.q_empty(), CONSUMERS);                                     // one arrival per consumer warpgroup
     for (int s = 0; s < Tiles<D, BC>::STAGES; ++s) {
-        mbar_init(sm.k_full + 8 * s, 1);
-        mbar_init(sm.k_empty + 8 * s, CONSUMERS);
-        mbar_init(sm.v_full + 8 * s, 1);
-        mbar_init(sm.v_empty + 8 * s, CONSUMERS);
+        mbar_init(sm.k_full() + 8 * s, 1);
+        mbar_init(sm.k_empty() + 8 * s, CONSUMERS);
+        mbar_init(sm.v_full() + 8 * s, 1);
+        mbar_init(sm.v_empty() + 8 * s, CONSUMERS);
     }
 }
 
 // The block's work with one tile configuration: set up the barriers, split the roles.
-template <int D, int BC>
+template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
                                           const CUtensorMap* tmK, const CUtensorMap* tmV, __half* __restrict__ O,
                                           int S, int heads, int group, float scale_log2, int causal, int* sched) {
@@ -528,10 +550,10 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<D, BC>(sm, tmQ, tmK, tmV, heads, group, S, causal, sched);
+        if (threadIdx.x == 0) producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, heads, group, S, causal, sched);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer<D, BC>(sm, wg - 1, O, heads, group, S, scale_log2, causal);
+        consumer<D, BC, DYNAMIC>(sm, wg - 1, O, heads, group, S, scale_log2, causal);
     }
 }
 
@@ -548,12 +570,14 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
     // The key-tile width of this head dim and masking (one branch when both are the same).
     constexpr int BC = D == 64 ? BC_D64 : BC_D128;
     constexpr int BC_CAUSAL = D == 64 ? BC_D64_CAUSAL : BC_D128_CAUSAL;
-    if constexpr (BC == BC_CAUSAL) {
-        run_block<D, BC>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
-    } else if (causal) {
-        run_block<D, BC_CAUSAL>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
+    // The walk is compiled twice: a static one, whose tile numbers the compiler knows are the same in every
+    // lane (they come from blockIdx.x), and the dynamic one, with the counter, used with causal masking.
+    if (sched) {
+        run_block<D, BC_CAUSAL, true>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
+    } else if (BC == BC_CAUSAL || !causal) {
+        run_block<D, BC, false>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
     } else {
-        run_block<D, BC>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
+        run_block<D, BC_CAUSAL, false>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
     }
 }
 

@@ -1,0 +1,523 @@
+// Chapter 7, step c — the overlaps: ping-pong between the two consumer warpgroups, and, inside each,
+// the next S = Q·Kᵀ computed while the current softmax runs; separate K and V rings; a persistent grid.
+//
+// The idea: a consumer's time per tile is GEMM (tensor cores) + softmax (exp2 on the MUFU unit, FMNMX,
+// shuffles). In step b the two happen one after the other in each warpgroup, so the tensor cores are
+// busy only when the two warpgroups' GEMMs happen to fall into each other's softmax. Two changes:
+//   1. Intra-warpgroup pipelining. Per iteration j a warpgroup issues S_j = Q·K_jᵀ, then rescales O by
+//      alpha_{j-1} (registers only: S_j is on the tensor cores meanwhile), then issues O += P_{j-1}·V_{j-1}
+//      — two wgmma groups in flight. It waits only for S_j (wgmma.wait_group 1: at most the newest group,
+//      the P·V, still running) and computes the softmax of S_j while P_{j-1}·V_{j-1} is still on the
+//      tensor cores; then it waits for the P·V (wait_group 0) and packs P_j for the next iteration.
+//      O after P_{j-2}·V_{j-2} is relative to m_{j-2}; O·alpha_{j-1}, alpha_{j-1} = 2^(m_{j-2} - m_{j-1}),
+//      is relative to m_{j-1}, as P_{j-1} is: the algebra of step a, reordered.
+//      Cost: S_j, P_{j-1} and O live at once (88 + 44 + 64 registers at D = 128 with 176-key tiles).
+//   2. Ping-pong. Two named barriers (ids 1 and 2, 256 threads: one warpgroup waits with bar.sync, the
+//      other arrives with bar.arrive) hand a "turn" back and forth: a warpgroup issues its GEMMs only in
+//      its turn and passes the turn on right after issuing them, so warpgroup 1's GEMMs run while
+//      warpgroup 0 does its softmax and the other way round — the tensor cores see back-to-back work.
+//      Turns per warpgroup and work tile: n_tiles + 1 (S_0 alone; S_j with P_{j-1}·V_{j-1};
+//      P_{n-1}·V_{n-1} alone). Warpgroup 0 starts: warpgroup 1 gives one arrival up front and skips
+//      its very last one, so both barriers end balanced.
+// K and V have rings of their own (a full and an empty barrier per slot each), because they are freed
+// at different times: K_j as soon as S_j is done, V_j only after P_j·V_j. The producer loads in the
+// order the consumers use them (K_0, then K_j before V_{j-1}), and K runs a tile ahead of V.
+// Tiles: Br = 128 query rows (64 per consumer); Bc keys per K/V tile chosen per head dim and masking:
+// Bc = 176 at D = 128 (fewer per-tile costs — the rescale of O, the row reductions, the waits, the
+// turns — per key; FlashAttention-3's choice), 128 at D = 64. The row max and sum of the softmax are
+// computed as four partial results each (SOFTMAX_SPLIT), not as one chain of dependent instructions.
+// Persistent grid (without causal masking): one block per SM (the launcher sizes the grid), each block
+// walks the work tiles w = blockIdx.x, blockIdx.x + gridDim.x, … (work tile = 128 query rows of one
+// head). The producer loads the next tile's Q as soon as both consumers have finished their last
+// S = Q·Kᵀ, so the next tile's first loads overlap this tile's last P·V and its output stores. With
+// causal masking the work tiles differ in length, and a static walk would give some SMs more than
+// others: there the launcher starts one block per work tile, and the hardware hands the next one to
+// whichever SM is free (the same kernel runs either way).
+//
+// What changed since step b: the consumer loop (prologue, pipelined body, epilogue), the named-barrier
+// turns, K and V rings with their own barriers and depth (as many slots as fit in 227 KB, up to 4),
+// the tile width per head dim, the split row reductions, the work-tile loop and the Q full/empty
+// barriers; the exercise's stop-instead-of-hang plumbing is gone (this file is not an exercise).
+// Limitation: O is still written with 4-byte stores straight from registers (FlashAttention-3 goes
+// through shared memory and a TMA store), and a work tile's first Q·Kᵀ waits for its Q, which can only
+// be loaded once both consumers are done with the last one (one Q buffer: a second does not fit next to
+// two 44 KB K and V slots each); at S = 4096 the last key tile holds 48 of its 176 keys (3% of the
+// tensor-core work is padding); and the softmax's exp2 all run on the MUFU unit, which at D = 64 is as
+// busy as the tensor cores (64·Bc exp2 per 64·Bc·64·4 flops), so D = 64 stays softmax-bound.
+//
+// The header of k07a_wgmma_tma.cu explains TMA, the 128-byte swizzle, the wgmma descriptor and
+// fragment layouts; the one of solutions/07_hopper/attention.cu (step b) the producer/consumer roles
+// and setmaxnreg.
+#include "hopper.cuh"   // mbarriers, TMA, wgmma, setmaxnreg in inline PTX: flashtutor/cuda/hopper.cuh
+
+// Keys per K/V tile, per head dim and masking. The launcher (k07c_pingpong.py, TILES) passes the same
+// numbers as defines; other values compile too (16 ≤ Bc ≤ 192, a multiple of 16 with a wgmma_ss<Bc> —
+// 64, 128 in hopper.cuh, 160, 176, 192 below), which is how scripts/ch07_gpu.py --sweep tries them.
+#ifndef BC_D64
+#define BC_D64 128
+#endif
+#ifndef BC_D64_CAUSAL
+#define BC_D64_CAUSAL 128
+#endif
+#ifndef BC_D128
+#define BC_D128 176
+#endif
+#ifndef BC_D128_CAUSAL
+#define BC_D128_CAUSAL 176
+#endif
+#ifndef MAX_STAGES
+#define MAX_STAGES 4                          // ring slots (K and V each) at most, however many would fit
+#endif
+#ifndef SOFTMAX_SPLIT
+#define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
+#endif
+#ifndef EXP2_FMA_EVERY
+#define EXP2_FMA_EVERY 0                      // 0: every exp2 on MUFU; k: one score in k by polynomial on the FMA pipe
+#endif
+
+constexpr int CONSUMERS = 2;                  // consumer warpgroups per block (the ping-pong is for two)
+constexpr int Br = 64 * CONSUMERS;            // query rows per work tile: 64 (wgmma's M) per consumer
+constexpr int THREADS = 128 * (1 + CONSUMERS);   // producer warpgroup + consumers: 384
+constexpr int PRODUCER_REGS = 24;             // setmaxnreg targets (multiples of 8, 24..256):
+constexpr int CONSUMER_REGS = 240;            //   128·24 + 256·240 = 64512 ≤ 65536 registers per SM
+constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
+constexpr int SWIZZLE_ATOM = 1024;            // 8 rows × 128 bytes: the swizzle pattern repeats after this
+constexpr int TURN_BAR = 1;                   // named barriers TURN_BAR + c (c = 0, 1); 0 is __syncthreads'
+constexpr int BLOCK_SMEM = 227 * 1024;        // the most dynamic shared memory a block may have
+
+// ---- wider wgmma shapes for S = Q·Kᵀ (hopper.cuh has N = 64 and 128; the same form, more registers) ----
+#define K07_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+template <>
+__device__ __forceinline__ void wgmma_ss<160>(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %82, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16"
+                 " {"
+                 "  %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+                 "  %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79},"
+                 " %80, %81, p, 1, 1, 0, 0;\n}"
+                 : K07_D8(0), K07_D8(8), K07_D8(16), K07_D8(24), K07_D8(32), K07_D8(40), K07_D8(48), K07_D8(56),
+                   K07_D8(64), K07_D8(72)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<176>(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %90, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16"
+                 " {"
+                 "  %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+                 "  %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+                 "  %80, %81, %82, %83, %84, %85, %86, %87},"
+                 " %88, %89, p, 1, 1, 0, 0;\n}"
+                 : K07_D8(0), K07_D8(8), K07_D8(16), K07_D8(24), K07_D8(32), K07_D8(40), K07_D8(48), K07_D8(56),
+                   K07_D8(64), K07_D8(72), K07_D8(80)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<192>(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %98, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16"
+                 " {"
+                 "  %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+                 "  %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+                 "  %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95},"
+                 " %96, %97, p, 1, 1, 0, 0;\n}"
+                 : K07_D8(0), K07_D8(8), K07_D8(16), K07_D8(24), K07_D8(32), K07_D8(40), K07_D8(48), K07_D8(56),
+                   K07_D8(64), K07_D8(72), K07_D8(80), K07_D8(88)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+#undef K07_D8
+
+// 2^x on the FMA pipe, for x ≤ 0 (a score minus its row max): round x to n (adding 1.5·2^23 leaves n in
+// the low mantissa bits), 2^(x-n) by a cubic on [-1/2, 1/2] (relative error 7.5e-5, under fp16's
+// 2.4e-4), and n added to the exponent field. Below -120 it returns 2^-120·(…), not 0: harmless, as
+// such a p is rounded to 0 in fp16 and adds < 1e-36 to a row sum ≥ 1.
+__device__ __forceinline__ float exp2_poly(float x) {
+    x = fmaxf(x, -120.f);
+    const float t = __fadd_rn(x, 12582912.f);            // 1.5·2^23: the float's low bits hold round(x)
+    const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));   // x - round(x), in [-1/2, 1/2]
+    const float p = fmaf(fmaf(fmaf(0.055171460f, f, 0.24261086f), f, 0.69326097f), f, 0.99992812f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
+constexpr int FMA_EVERY = EXP2_FMA_EVERY > 0 ? EXP2_FMA_EVERY : 1;   // (a divisor even when unused)
+
+// Dynamic shared memory of one tile configuration, in bytes (the launcher adds SWIZZLE_ATOM of slack).
+template <int D, int BC>
+struct Tiles {
+    static constexpr int BOXES = D / BOX;                  // 64-column boxes per row: 1 (D 64) or 2 (D 128)
+    static constexpr int Q_BYTES = Br * D * 2;             // Q tile        [BOXES][Br][64] fp16, swizzled
+    static constexpr int KV_BYTES = BC * D * 2;            // a K or V tile [BOXES][BC][64] fp16, swizzled
+    static constexpr int FIT = (BLOCK_SMEM - SWIZZLE_ATOM - Q_BYTES - 8 * (2 + 4 * MAX_STAGES)) / (2 * KV_BYTES);
+    static constexpr int STAGES = FIT < MAX_STAGES ? FIT : MAX_STAGES;   // slots per ring (K and V each)
+    static constexpr int Q_OFF = 0;
+    static constexpr int K_OFF = Q_OFF + Q_BYTES;          // K ring       [STAGES] K tiles
+    static constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;   // V ring    [STAGES] V tiles
+    static constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES; // q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]
+    static constexpr int BYTES = BAR_OFF + 8 * (2 + 4 * STAGES);
+    static_assert(D % BOX == 0, "D must be a multiple of 64");
+    static_assert(BC % 16 == 0 && BC >= 16 && BC <= 256, "Bc: a multiple of 16 (wgmma's K for P·V), at most 256");
+    static_assert(STAGES >= 2, "two slots per ring at least");
+    static_assert(Q_BYTES % SWIZZLE_ATOM == 0 && KV_BYTES % SWIZZLE_ATOM == 0, "tiles start on swizzle atoms");
+    static_assert(BYTES + SWIZZLE_ATOM <= BLOCK_SMEM, "a block may have at most 227 KB of shared memory");
+};
+// What the launcher allocates per head dim: the larger of the two configurations (masked or not).
+template <int D>
+struct Layout {
+    static constexpr int A = Tiles<D, D == 64 ? BC_D64 : BC_D128>::BYTES;
+    static constexpr int B = Tiles<D, D == 64 ? BC_D64_CAUSAL : BC_D128_CAUSAL>::BYTES;
+    static constexpr int BYTES = A > B ? A : B;
+};
+extern __shared__ __align__(1024) unsigned char smem_raw[];
+
+// ---------------------------------------------------------------- the kernel ---------------------
+template <int D, int BC>
+struct Smem {                                      // shared-memory addresses of one block's tiles and barriers
+    u32 q, k, v;                                   // Q [BOXES][Br][64]; K, V rings [STAGES][BOXES][BC][64]
+    u32 q_full, q_empty;                           // Q landed; both consumers are done with it
+    u32 k_full, k_empty, v_full, v_empty;          // per slot s: + 8s
+    __device__ explicit Smem(u32 base) {
+        using T = Tiles<D, BC>;
+        q = base + T::Q_OFF; k = base + T::K_OFF; v = base + T::V_OFF;
+        q_full = base + T::BAR_OFF; q_empty = q_full + 8;
+        k_full = q_empty + 8; k_empty = k_full + 8 * T::STAGES;
+        v_full = k_empty + 8 * T::STAGES; v_empty = v_full + 8 * T::STAGES;
+    }
+};
+
+// A work tile: Br query rows of one head. Head-major, and within a head the last query rows first (with
+// causal masking they have the most key tiles): w = head · n_qblocks + (n_qblocks - 1 - query block).
+struct Work {
+    int row0;                                      // the head's first row in [B·H·S, D]
+    int q0;                                        // the tile's first query row
+    int n_tiles;                                   // key tiles it needs (causal: up to its last row)
+};
+template <int BC>
+__device__ __forceinline__ Work work_tile(int w, int n_qblocks, int S, int causal) {
+    const int head = w / n_qblocks;
+    const int q0 = (n_qblocks - 1 - (w - head * n_qblocks)) * Br;
+    const int n_key_tiles = (S + BC - 1) / BC;
+    const int last_row = min(q0 + Br, S) - 1;
+    return {head * S, q0, causal ? min(n_key_tiles, last_row / BC + 1) : n_key_tiles};
+}
+
+// The producer: one thread posts, per work tile, Q, then K_0, then K_j and V_{j-1} for j = 1…n-1, then
+// V_{n-1} — each into its ring's next slot once the consumers have released that slot.
+template <int D, int BC>
+__device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
+                                         const CUtensorMap* tmV, int n_work, int n_qblocks, int S, int causal) {
+    using T = Tiles<D, BC>;
+    constexpr int STAGES = T::STAGES;
+    int nk = 0, nv = 0;                                              // K and V tiles posted so far (all work tiles)
+    auto post = [&](u32 ring, u32 full, u32 empty, const CUtensorMap* map, int& n, int row) {
+        const int s = n % STAGES, u = n / STAGES;                    // slot, and which fill of it this is
+        if (u > 0) mbar_wait(empty + 8 * s, (u - 1) & 1);           // the consumers released fill u - 1
+        mbar_arrive_expect_tx(full + 8 * s, T::KV_BYTES);
+#pragma unroll
+        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(ring + s * T::KV_BYTES + b * BC * 128, map, b * BOX, row, full + 8 * s);
+        ++n;
+    };
+    int t = 0;                                                       // work tiles of this block so far
+    for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++t) {
+        const Work wk = work_tile<BC>(w, n_qblocks, S, causal);
+        if (t > 0) mbar_wait(sm.q_empty, (t - 1) & 1);               // both consumers finished the last Q·Kᵀ
+        mbar_arrive_expect_tx(sm.q_full, T::Q_BYTES);
+#pragma unroll
+        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q + b * Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full);
+        post(sm.k, sm.k_full, sm.k_empty, tmK, nk, wk.row0);
+        for (int j = 1; j < wk.n_tiles; ++j) {
+            post(sm.k, sm.k_full, sm.k_empty, tmK, nk, wk.row0 + j * BC);
+            post(sm.v, sm.v_full, sm.v_empty, tmV, nv, wk.row0 + (j - 1) * BC);
+        }
+        post(sm.v, sm.v_full, sm.v_empty, tmV, nv, wk.row0 + (wk.n_tiles - 1) * BC);
+    }
+    // The consumers wait for every tile posted here before they finish, so no copy is still writing
+    // into shared memory when the block ends.
+}
+
+// Mask keys past S, and (causal) keys after the query, where the tile can have any.
+template <int BC>
+__device__ __forceinline__ void mask_tile(float (&sc)[BC / 2], int k0, int q0c, int r_lo, int c_lane, int S, int causal) {
+    if (k0 + BC > S || (causal && k0 + BC - 1 > q0c)) {
+#pragma unroll
+        for (int i = 0; i < BC / 2; ++i) {
+            const int col = k0 + 8 * (i / 4) + c_lane + (i % 2);
+            const int row = q0c + r_lo + 8 * ((i / 2) % 2);
+            if (col >= S || (causal && col > row)) sc[i] = -CUDART_INF_F;
+        }
+    }
+}
+
+// The online softmax of this thread's two rows (h = 0: row r_lo, h = 1: r_lo + 8; sc[i] is in row
+// (i / 2) % 2): sc becomes p = 2^(s·scale_log2 - m_i), m_i and l_i are updated, alpha = 2^(m_old - m_new).
+// The row max and the row sum are each SOFTMAX_SPLIT partial results combined at the end: a single
+// running max (or sum) over the Bc/4 scores of a row is a chain of dependent instructions, each
+// waiting for the one before (ncu: the "wait" stall), and this chain is on the critical path between
+// two of the warpgroup's turns.
+template <int BC>
+__device__ __forceinline__ void online_softmax(float (&sc)[BC / 2], float (&m_i)[2], float (&l_i)[2],
+                                               float (&alpha)[2], float scale_log2) {
+    constexpr int PER_ROW = BC / 4;                                       // this thread's scores in each row
+    constexpr int SPLIT = SOFTMAX_SPLIT;
+    static_assert(PER_ROW % SPLIT == 0, "SOFTMAX_SPLIT must divide Bc / 4");
+    float part[2][SPLIT];
+    float base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int k = 0; k < SPLIT; ++k) part[h][k] = -CUDART_INF_F;
+#pragma unroll
+    for (int j = 0; j < PER_ROW; ++j)                                     // score j of row h is sc[4(j/2) + 2h + j%2]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) part[h][j % SPLIT] = fmaxf(part[h][j % SPLIT], sc[4 * (j / 2) + 2 * h + j % 2]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = part[h][0];
+#pragma unroll
+        for (int k = 1; k < SPLIT; ++k) mx = fmaxf(mx, part[h][k]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));             // the quad holds the whole row
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_i[h], mx * scale_log2);
+        base[h] = m_new == -CUDART_INF_F ? 0.f : m_new;                   // a row with no key yet: avoid inf - inf
+        alpha[h] = fast_exp2(m_i[h] - base[h]);                           // rescales the old sum and acc; 0 at first
+        m_i[h] = m_new;
+#pragma unroll
+        for (int k = 0; k < SPLIT; ++k) part[h][k] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < PER_ROW; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int i = 4 * (j / 2) + 2 * h + j % 2;
+            const float x = fmaf(sc[i], scale_log2, -base[h]);            // p = 2^(s·scale·log2e - m)
+            sc[i] = (EXP2_FMA_EVERY > 0 && (i / 4) % FMA_EVERY == FMA_EVERY - 1) ? exp2_poly(x) : fast_exp2(x);
+            part[h][j % SPLIT] += sc[i];
+        }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = part[h][0];
+#pragma unroll
+        for (int k = 1; k < SPLIT; ++k) sum += part[h][k];
+        l_i[h] = alpha[h] * l_i[h] + sum;                                 // the quad's partial sums: added up at the end
+    }
+}
+
+// A consumer warpgroup: 64 query rows of each work tile, against every K/V tile the producer loads.
+template <int D, int BC>
+__device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int n_work,
+                                         int n_qblocks, int S, float scale_log2, int causal) {
+    using T = Tiles<D, BC>;
+    constexpr int STAGES = T::STAGES;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
+    const u32 sQ = sm.q + c * 64 * 128;                                   // its 64 rows of each Q box
+    const int r_lo = 16 * warp + lane / 4;                                // this thread's rows: r_lo, r_lo + 8
+    const int c_lane = 2 * (lane % 4);                                    // its first column in each 8-column chunk
+    float acc[D / 2];                                                     // O accumulator [64, D] fp32 (this thread's share)
+    float m_i[2], l_i[2];                                                 // running row max (log2 units) and sum
+    float sc[BC / 2];                                                     // scores of the newest tile [64, BC] fp32
+    u32 p[BC / 16][4];                                                    // P of the previous tile, fp16, A-fragment layout
+    float alpha[2];                                                       // the rescale O owes since the last P·V
+    int nk = 0, nv = 0;                                                   // K and V tiles consumed (the producer's count)
+
+    auto issue_s = [&](int s) {                                           // S = Q·K_sᵀ, one wgmma group
+        const u32 k_tile = sm.k + s * T::KV_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const u32 in_box = (kk % 4) * 32;                             // 16 halves = 32 bytes per step, in the row
+            const u64 da = make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM);
+            const u64 db = make_desc(k_tile + (kk / 4) * BC * 128 + in_box, 16, SWIZZLE_ATOM);
+            wgmma_ss<BC>(sc, da, db, kk > 0);
+        }
+        wgmma_commit();
+    };
+    auto issue_pv = [&](int s) {                                          // O += P·V_s, one wgmma group
+        const u32 v_tile = sm.v + s * T::KV_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk)
+            wgmma_rs<D>(acc, p[kk], make_desc(v_tile + kk * 16 * 128, BC * 128, SWIZZLE_ATOM));
+        wgmma_commit();
+    };
+    auto pack_p = [&] {                                                   // keys 16kk..16kk+15 are sc[8kk .. 8kk + 7]
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) p[kk][r] = pack_half2(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+    };
+    auto rescale_o = [&] {                                                // O relative to the newest max, as P is
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) acc[i] *= alpha[(i / 2) % 2];
+    };
+    auto wait_k = [&] { const int s = nk % STAGES; mbar_wait(sm.k_full + 8 * s, (nk / STAGES) & 1); return s; };
+    auto wait_v = [&] { const int s = nv % STAGES; mbar_wait(sm.v_full + 8 * s, (nv / STAGES) & 1); return s; };
+    auto release = [&](u32 empty, int s, int& n) { if (tid == 0) mbar_arrive(empty + 8 * s); ++n; };
+
+    // Ping-pong turns: wait for ours, issue, hand the turn over (see the header for the counting).
+    bool last_turn = false;                                               // the block's very last turn
+    auto begin_turn = [&] { named_bar_sync(TURN_BAR + c, 256); };
+    auto end_turn = [&] {
+        if (!(c == 1 && last_turn)) named_bar_arrive(TURN_BAR + 1 - c, 256);
+    };
+    if (c == 1) named_bar_arrive(TURN_BAR + 0, 256);                      // warpgroup 0 takes the first turn
+
+    int t = 0;                                                            // work tiles of this block so far
+    for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++t) {
+        const Work wk = work_tile<BC>(w, n_qblocks, S, causal);
+        const int n_tiles = wk.n_tiles;
+        const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+        m_i[0] = m_i[1] = -CUDART_INF_F;
+        l_i[0] = l_i[1] = 0.f;
+
+        // Prologue: S_0 and its softmax (acc is 0: its rescale by alpha_0 = 0 is harmless).
+        mbar_wait(sm.q_full, t & 1);
+        int ks = wait_k();                                                // K_0 has landed
+        begin_turn();
+        wgmma_fence();
+        issue_s(ks);
+        end_turn();
+        wgmma_wait<0>();
+        fence_regs(sc);
+        release(sm.k_empty, ks, nk);
+        if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty);            // Q no longer read
+        mask_tile<BC>(sc, 0, q0c, r_lo, c_lane, S, causal);
+        online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);
+        pack_p();
+
+        for (int j = 1; j < n_tiles; ++j) {
+            ks = wait_k();                                                // K_j has landed
+            begin_turn();
+            fence_regs(p);                                                // P_{j-1} is written (and S_{j-1} read)...
+            wgmma_fence();                                                // ...before the tensor cores use them
+            issue_s(ks);                                                  // group 1: S_j
+            rescale_o();                                                  // while S_j runs: O by alpha_{j-1}...
+            fence_regs(acc);
+            const int vs = wait_v();                                      // V_{j-1} has landed
+            wgmma_fence();                                                // ...before the tensor cores read O
+            issue_pv(vs);                                                 // group 2: O += P_{j-1}·V_{j-1}
+            end_turn();
+            wgmma_wait<1>();                                              // S_j is done; P·V may still run
+            fence_regs(sc);
+            release(sm.k_empty, ks, nk);                                  // K_j no longer read
+            if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty);    // nor Q, in this work tile
+            mask_tile<BC>(sc, j * BC, q0c, r_lo, c_lane, S, causal);
+            online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);          // ...under the P·V
+            wgmma_wait<0>();                                              // P_{j-1}·V_{j-1} is done
+            fence_regs(acc);
+            release(sm.v_empty, vs, nv);                                  // V_{j-1} no longer read
+            pack_p();
+        }
+
+        // Epilogue: the last P·V, then O = acc / l.
+        rescale_o();
+        fence_regs(acc);
+        fence_regs(p);
+        const int vs = wait_v();
+        last_turn = w + gridDim.x >= n_work;
+        begin_turn();
+        wgmma_fence();
+        issue_pv(vs);
+        end_turn();
+        wgmma_wait<0>();
+        fence_regs(acc);
+        release(sm.v_empty, vs, nv);
+
+        float inv[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float l = l_i[h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);                      // the row sum is spread over the quad
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            inv[h] = 1.f / l;                                             // l > 0: every row sees key 0
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = q0c + r_lo + 8 * h;
+            if (row >= S) continue;                                       // padding rows of the last tile
+            __half* out = O + (size_t)(wk.row0 + row) * D + c_lane;
+#pragma unroll
+            for (int n8 = 0; n8 < D / 8; ++n8) {                          // 2 columns per 8-column chunk
+                const int i = 4 * n8 + 2 * h;
+                *reinterpret_cast<u32*>(out + 8 * n8) = pack_half2(acc[i] * inv[h], acc[i + 1] * inv[h]);
+            }
+        }
+    }
+}
+
+template <int D, int BC>
+__device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
+    mbar_init(sm.q_full, 1);                                              // the producer's arrive + TMA's bytes
+    mbar_init(sm.q_empty, CONSUMERS);                                     // one arrival per consumer warpgroup
+    for (int s = 0; s < Tiles<D, BC>::STAGES; ++s) {
+        mbar_init(sm.k_full + 8 * s, 1);
+        mbar_init(sm.k_empty + 8 * s, CONSUMERS);
+        mbar_init(sm.v_full + 8 * s, 1);
+        mbar_init(sm.v_empty + 8 * s, CONSUMERS);
+    }
+}
+
+// The block's work with one tile configuration: set up the barriers, split the roles.
+template <int D, int BC>
+__device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
+                                          __half* __restrict__ O, int S, int n_work, int n_qblocks,
+                                          float scale_log2, int causal) {
+    const Smem<D, BC> sm(base);
+    if (threadIdx.x == 0) {
+        tma_prefetch_map(tmQ); tma_prefetch_map(tmK); tma_prefetch_map(tmV);
+        init_barriers<D, BC>(sm);
+        fence_barrier_init();
+    }
+    __syncthreads();                                                      // the last block-wide barrier: roles split here
+
+    const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
+    if (wg == 0) {
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (threadIdx.x == 0) producer<D, BC>(sm, tmQ, tmK, tmV, n_work, n_qblocks, S, causal);
+    } else {
+        setmaxnreg_inc<CONSUMER_REGS>();
+        consumer<D, BC>(sm, wg - 1, O, n_work, n_qblocks, S, scale_log2, causal);
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B·H·S, D] fp16, box [Br, 64]
+                                                const CUtensorMap* tmK,   // [B·H·S, D] fp16, box [Bc, 64]
+                                                const CUtensorMap* tmV,   // [B·H·S, D] fp16, box [Bc, 64]
+                                                __half* __restrict__ O,   // [B, H, S, D]
+                                                int S, int heads, float scale_log2, int causal) {
+    // Align the tiles to a swizzle atom (the launcher allocated SWIZZLE_ATOM bytes of slack for this).
+    const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
+    const int n_qblocks = (S + Br - 1) / Br;
+    const int n_work = n_qblocks * heads;                                 // work tiles; the grid may be smaller
+    // The key-tile width of this head dim and masking (one branch when both are the same).
+    constexpr int BC = D == 64 ? BC_D64 : BC_D128;
+    constexpr int BC_CAUSAL = D == 64 ? BC_D64_CAUSAL : BC_D128_CAUSAL;
+    if constexpr (BC == BC_CAUSAL) {
+        run_block<D, BC>(base, tmQ, tmK, tmV, O, S, n_work, n_qblocks, scale_log2, causal);
+    } else {
+        if (causal) run_block<D, BC_CAUSAL>(base, tmQ, tmK, tmV, O, S, n_work, n_qblocks, scale_log2, causal);
+        else run_block<D, BC>(base, tmQ, tmK, tmV, O, S, n_work, n_qblocks, scale_log2, causal);
+    }
+}
+
+// One entry point per head dim. __launch_bounds__(THREADS, 1) caps registers at entry (168), which
+// setmaxnreg needs; the consumers then raise theirs to CONSUMER_REGS.
+extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d64(
+    const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+    const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal) {
+    attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d128(
+    const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+    const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal) {
+    attention_block<128>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal);
+}

@@ -1,0 +1,135 @@
+"""Chapter 7, step c: step b plus the two overlaps of FlashAttention-3 — ping-pong between the consumer
+warpgroups (named-barrier turns) and, within each, the next Q·Kᵀ issued before the previous P·V and the
+softmax run under the P·V — with K and V in rings of their own, wider key tiles where nothing is masked,
+and a persistent grid (one block per SM walking the work tiles).
+
+The kernel is ``k07c_pingpong.cu`` (its header explains the reordering and the turn counting). The
+launcher picks the key-tile width per head dim and masking (``TILES``, passed to the kernel as defines)
+and sizes the grid. ``variant(...)`` builds the same kernel with other choices (scripts/ch07_gpu.py
+--sweep times them).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from flashtutor.api import check_inputs, output_like
+from flashtutor.loaders import load_cuda, tma
+
+SOURCE = Path(__file__).with_suffix(".cu")
+KERNELS = {64: "pingpong_d64", 128: "pingpong_d128"}
+CONSUMERS = 2
+Br = 64 * CONSUMERS             # query rows per work tile
+THREADS = 128 * (1 + CONSUMERS)  # a producer warpgroup + two consumers
+BOX = 64                        # fp16 columns per TMA box (128 bytes: the swizzle span)
+ALIGN = 1024                    # the kernel aligns its tiles to a swizzle atom itself
+LOG2E = 1.4426950408889634      # log2(e): exp(x) = exp2(x · log2 e)
+BLOCK_SMEM = 227 * 1024         # the most dynamic shared memory a block may have (H100/H200)
+# Keys per K/V tile, (D, causal) → Bc: the .cu file's defaults (BC_D64, BC_D64_CAUSAL, BC_D128, BC_D128_CAUSAL).
+TILES = {(64, False): 128, (64, True): 128, (128, False): 176, (128, True): 176}
+Bc = TILES[(128, False)]        # the widest (D 128 without masking); tile(D, causal) gives each
+MAX_STAGES = 4                  # K and V ring slots at most
+PERSISTENT = {False: True, True: False}   # causal → one block per SM walking the work tiles (else one per tile)
+EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on the FMA pipe (the .cu's EXP2_FMA_EVERY)
+SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
+
+
+def tile(D: int, causal: bool = False) -> int:
+    return TILES[(D, bool(causal))]
+
+
+def _defines(tiles: dict, max_stages: int, exp2_fma_every: int, row_split: int) -> dict:
+    return {"BC_D64": tiles[(64, False)], "BC_D64_CAUSAL": tiles[(64, True)], "BC_D128": tiles[(128, False)],
+            "BC_D128_CAUSAL": tiles[(128, True)], "MAX_STAGES": max_stages, "EXP2_FMA_EVERY": exp2_fma_every,
+            "SOFTMAX_SPLIT": row_split}
+
+
+def _stages(D: int, bc: int, max_stages: int = MAX_STAGES) -> int:
+    """K (and V) ring slots: as many as fit in 227 KB, at most ``max_stages`` (Tiles<D, BC>::STAGES)."""
+    q = Br * D * 2
+    fit = (BLOCK_SMEM - ALIGN - q - 8 * (2 + 4 * max_stages)) // (2 * bc * D * 2)
+    return min(fit, max_stages)
+
+
+def stages(D: int, causal: bool = False) -> int:
+    """Slots of each of the K and V rings at this head dim (without masking, unless ``causal``)."""
+    return _stages(D, tile(D, causal))
+
+
+def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES) -> int:
+    s = _stages(D, bc, max_stages)
+    return Br * D * 2 + 2 * s * bc * D * 2 + 8 * (2 + 4 * s)    # Q, the K and V rings, the barriers
+
+
+def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES) -> int:
+    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file (the larger of its masked and
+    unmasked configurations) + ALIGN bytes of slack."""
+    tiles = tiles or TILES
+    return max(_bytes(D, tiles[(D, c)], max_stages) for c in (False, True)) + ALIGN
+
+
+def require_hopper() -> None:
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("chapter 7's kernels need an NVIDIA Hopper GPU (sm_90: H100/H200); no CUDA GPU here")
+    cc = torch.cuda.get_device_capability()
+    if cc != (9, 0):
+        raise RuntimeError(f"chapter 7's kernels need sm_90 (H100/H200): wgmma and setmaxnreg exist only on "
+                           f"sm_90a; this GPU, {torch.cuda.get_device_name()}, is sm_{cc[0]}{cc[1]}")
+
+
+_sms: dict[int, int] = {}
+
+
+def _sm_count(device) -> int:
+    import torch
+    i = device.index if device.index is not None else torch.cuda.current_device()
+    if i not in _sms:
+        _sms[i] = torch.cuda.get_device_properties(i).multi_processor_count
+    return _sms[i]
+
+
+def variant(*, tiles: dict | None = None, persistent: dict | None = None, max_stages: int = MAX_STAGES,
+            exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT):
+    """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
+    ``persistent`` (causal → bool), ``max_stages``, ``exp2_fma_every``, ``row_split``. Compiled on
+    first use."""
+    tiles = {**TILES, **(tiles or {})}
+    persistent = {**PERSISTENT, **(persistent or {})}
+    defines = _defines(tiles, max_stages, exp2_fma_every, row_split)
+    smem = {D: shared_bytes(D, tiles=tiles, max_stages=max_stages) for D in (64, 128)}
+    state = {"mod": None}
+
+    def module():
+        if state["mod"] is None:
+            state["mod"] = load_cuda(SOURCE, arch="sm_90a", defines=defines)
+        return state["mod"]
+
+    def attention(q, k, v, *, causal: bool = False):
+        check_inputs(q, k, v)
+        require_hopper()
+        B, H, S, D = q.shape
+        o = output_like(q)                                                   # [B, H, S, D]
+        rows = B * H * S
+        bc = tiles[(D, bool(causal))]
+        n_work = (S + Br - 1) // Br * B * H                                  # work tiles: Br query rows of one head
+        if n_work >= 2 ** 31:
+            raise ValueError(f"{n_work} work tiles: more than the kernel's int indices hold")
+        grid = min(n_work, _sm_count(q.device)) if persistent[bool(causal)] else n_work
+        tq = tma.tensor_map(q.view(rows, D), box_rows=Br, box_cols=BOX)      # boxes [Br, 64] of Q
+        tk = tma.tensor_map(k.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of K
+        tv = tma.tensor_map(v.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of V
+        tma.launch(module().kernel(KERNELS[D]), grid=(grid,), block=(THREADS,), shared_mem=smem[D],
+                   args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal)))
+        return o
+
+    attention.module = module
+    attention.config = {"tiles": tiles, "persistent": persistent, "max_stages": max_stages,
+                        "exp2_fma_every": exp2_fma_every, "row_split": row_split}
+    return attention
+
+
+attention = variant()
+
+
+def _module():
+    return attention.module()
