@@ -257,9 +257,8 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
 // V_{n-1} â€” each into its ring's next slot once the consumers have released that slot.
 template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
-                                         const CUtensorMap* tmV, int heads, int group, int S, int causal, int* sched) {
-    const int n_qblocks = (S + Br - 1) / Br, n_work = n_qblocks * heads;   // (computed per role: kept across the
-                                                                          // role split, the value was spilled)
+                                         const CUtensorMap* tmV, int n_qblocks, int n_work, int heads, int group,
+                                         int S, int causal, int* sched) {
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     int nk = 0, nv = 0;                                              // K and V tiles posted so far (all work tiles)
@@ -375,9 +374,8 @@ __device__ __forceinline__ void online_softmax(float (&sc)[BC / 2], float (&m_i)
 
 // A consumer warpgroup: 64 query rows of each work tile, against every K/V tile the producer loads.
 template <int D, int BC, bool DYNAMIC>
-__device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int heads, int group,
-                                         int S, float scale_log2, int causal) {
-    const int n_qblocks = (S + Br - 1) / Br, n_work = n_qblocks * heads;
+__device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int n_qblocks,
+                                         int n_work, int heads, int group, int S, float scale_log2, int causal) {
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
@@ -538,7 +536,8 @@ __device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
 template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
                                           const CUtensorMap* tmK, const CUtensorMap* tmV, __half* __restrict__ O,
-                                          int S, int heads, int group, float scale_log2, int causal, int* sched) {
+                                          int S, int n_qblocks, int n_work, int heads, int group, float scale_log2,
+                                          int causal, int* sched) {
     const Smem<D, BC> sm(base);
     if (threadIdx.x == 0) {
         tma_prefetch_map(tmQ); tma_prefetch_map(tmK); tma_prefetch_map(tmV);
@@ -550,10 +549,10 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, heads, group, S, causal, sched);
+        if (threadIdx.x == 0) producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, n_qblocks, n_work, heads, group, S, causal, sched);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer<D, BC, DYNAMIC>(sm, wg - 1, O, heads, group, S, scale_log2, causal);
+        consumer<D, BC, DYNAMIC>(sm, wg - 1, O, n_qblocks, n_work, heads, group, S, scale_log2, causal);
     }
 }
 
@@ -564,7 +563,11 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [BÂ
                                                 __half* __restrict__ O,   // [B, H, S, D]
                                                 int S, int heads, float scale_log2, int causal,
                                                 int* sched,               // [2] zeros, or nullptr: a static walk
-                                                int group) {              // heads per group of the work order
+                                                int group,                // heads per group of the work order
+                                                int n_qblocks,            // ceil(S / Br): query blocks per head
+                                                int n_work) {             // n_qblocks Â· heads: the work tiles
+    // (n_qblocks and n_work come from the launcher: a kernel parameter is read from the constant bank where
+    // it is used, where a value computed here is held in a register, and the producer, at 24, spilled it.)
     // Align the tiles to a swizzle atom (the launcher allocated SWIZZLE_ATOM bytes of slack for this).
     const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
     // The key-tile width of this head dim and masking (one branch when both are the same).
@@ -573,11 +576,11 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [BÂ
     // The walk is compiled twice: a static one, whose tile numbers the compiler knows are the same in every
     // lane (they come from blockIdx.x), and the dynamic one, with the counter, used with causal masking.
     if (sched) {
-        run_block<D, BC_CAUSAL, true>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
+        run_block<D, BC_CAUSAL, true>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
     } else if (BC == BC_CAUSAL || !causal) {
-        run_block<D, BC, false>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
+        run_block<D, BC, false>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
     } else {
-        run_block<D, BC_CAUSAL, false>(base, tmQ, tmK, tmV, O, S, heads, group, scale_log2, causal, sched);
+        run_block<D, BC_CAUSAL, false>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
     }
 }
 
@@ -586,12 +589,12 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [BÂ
 extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d64(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
-    int* sched, int group) {
-    attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group);
+    int* sched, int group, int n_qblocks, int n_work) {
+    attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group, n_qblocks, n_work);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d128(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
-    int* sched, int group) {
-    attention_block<128>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group);
+    int* sched, int group, int n_qblocks, int n_work) {
+    attention_block<128>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group, n_qblocks, n_work);
 }

@@ -151,7 +151,8 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         tk = tma.tensor_map(k.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of K
         tv = tma.tensor_map(v.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of V
         tma.launch(module().kernel(KERNELS[D]), grid=(grid,), block=(THREADS,), shared_mem=smem[D],
-                   args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal), sched, group))
+                   args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal), sched, group,
+                         (S + Br - 1) // Br, n_work))
         return o
 
     attention.module = module
