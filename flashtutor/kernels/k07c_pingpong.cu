@@ -66,6 +66,12 @@
 #ifndef BC_D128_CAUSAL
 #define BC_D128_CAUSAL 176
 #endif
+#ifndef DYNAMIC_D64
+#define DYNAMIC_D64 0                         // compile the dynamic walk (a work-tile counter) at D = 64 too
+#endif
+#ifndef DYNAMIC_D128
+#define DYNAMIC_D128 1                        // ... at D = 128 (the launcher's SCHEDULE uses it there, with masking)
+#endif
 #ifndef MAX_STAGES
 #define MAX_STAGES 4                          // ring slots (K and V each) at most, however many would fit
 #endif
@@ -573,10 +579,13 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [BÂ
     // The key-tile width of this head dim and masking (one branch when both are the same).
     constexpr int BC = D == 64 ? BC_D64 : BC_D128;
     constexpr int BC_CAUSAL = D == 64 ? BC_D64_CAUSAL : BC_D128_CAUSAL;
-    // The walk is compiled twice: a static one, whose tile numbers the compiler knows are the same in every
-    // lane (they come from blockIdx.x), and the dynamic one, with the counter, used with causal masking.
-    if (sched) {
-        run_block<D, BC_CAUSAL, true>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
+    // The walk is compiled twice where the launcher may ask for the counter: a static one, whose tile numbers
+    // the compiler knows are the same in every lane (they come from blockIdx.x), and the dynamic one. (With
+    // both in it, the D = 64 kernel ran 3-6% slower on the H100, without using the dynamic one, so it has it
+    // only when DYNAMIC_D64 says so.)
+    constexpr bool DYNAMIC = D == 64 ? DYNAMIC_D64 : DYNAMIC_D128;
+    if (DYNAMIC && sched) {
+        run_block<D, BC_CAUSAL, DYNAMIC>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
     } else if (BC == BC_CAUSAL || !causal) {
         run_block<D, BC, false>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
     } else {

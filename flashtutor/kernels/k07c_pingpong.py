@@ -29,10 +29,12 @@ BLOCK_SMEM = 227 * 1024         # the most dynamic shared memory a block may hav
 TILES = {(64, False): 128, (64, True): 128, (128, False): 176, (128, True): 176}
 Bc = TILES[(128, False)]        # the widest (D 128 without masking); tile(D, causal) gives each
 MAX_STAGES = 4                  # K and V ring slots at most
-# causal → how blocks get their work tiles: "grid" one block per tile (the hardware hands out blocks),
+# (D, causal) → how blocks get their work tiles: "grid" one block per tile (the hardware hands out blocks),
 # "static" one block per SM taking every gridDim-th tile, "dynamic" one block per SM taking the next tile
-# from a counter (where the tiles differ in length: causal masking).
-SCHEDULE = {False: "static", True: "dynamic"}
+# from a counter (where the tiles differ in length: causal masking). H100, 2026-11-26, A/B against the
+# previous file in one run (results/ch07-h100-2026-11-26-dynamic*.json): with masking at D = 128 the
+# counter was 2-8% faster than the grid; at D = 64 3-6% slower, so D = 64 keeps the grid.
+SCHEDULE = {(64, False): "static", (64, True): "grid", (128, False): "static", (128, True): "dynamic"}
 L2_SHARE = 0.5                  # the work order groups heads whose K and V fill at most this share of L2
 EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on the FMA pipe (the .cu's EXP2_FMA_EVERY)
 SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
@@ -119,11 +121,12 @@ def _counter(device):
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
-    ``schedule`` (causal → "grid" / "static" / "dynamic"), ``grouped`` (causal work in head groups, heaviest
+    ``schedule`` ((D, causal) → "grid" / "static" / "dynamic"), ``grouped`` (causal work in head groups, heaviest
     first; else head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``. Compiled on first use."""
     tiles = {**TILES, **(tiles or {})}
     schedule = {**SCHEDULE, **(schedule or {})}
     defines = _defines(tiles, max_stages, exp2_fma_every, row_split)
+    defines.update({f"DYNAMIC_D{D}": int(any(schedule[(D, c)] == "dynamic" for c in (False, True))) for D in (64, 128)})
     smem = {D: shared_bytes(D, tiles=tiles, max_stages=max_stages) for D in (64, 128)}
     state = {"mod": None}
 
@@ -143,7 +146,7 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         if n_work + 1024 >= 2 ** 31:
             raise ValueError(f"{n_work} work tiles: more than the kernel's int indices hold")
         sms, l2 = _device_props(q.device)
-        how = schedule[bool(causal)]
+        how = schedule[(D, bool(causal))]
         grid = n_work if how == "grid" else min(n_work, sms)
         sched = _counter(q.device) if how == "dynamic" and n_work > grid else 0    # 0: a null pointer
         group = group_heads(S, D, l2, B * H) if causal and grouped else 1
