@@ -164,14 +164,6 @@ __device__ __forceinline__ float exp2_poly(float x) {
 
 constexpr int FMA_EVERY = EXP2_FMA_EVERY > 0 ? EXP2_FMA_EVERY : 1;   // (a divisor even when unused)
 
-// gridDim.x, read from its special register where it is needed: held across the producer's loop, the
-// value was spilled (24 registers leave no room for it).
-__device__ __forceinline__ int grid_blocks() {
-    int n;
-    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
-    return n;
-}
-
 // An int in shared memory by its shared-window address (one register, where a generic pointer takes two).
 __device__ __forceinline__ void st_shared(u32 addr, int x) {
     asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");
@@ -276,15 +268,19 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
         for (int b = 0; b < T::BOXES; ++b) tma_load_2d(ring + s * T::KV_BYTES + b * BC * 128, map, b * BOX, row, full + 8 * s);
         ++n;
     };
-    // The next work tile: taken from the counter (dynamic), or every gridDim.x-th (static).
-    auto next = [&](int w) { return DYNAMIC ? atomicAdd(sched, 1) : (w < 0 ? (int)blockIdx.x : w + grid_blocks()); };
-    int t = 0;                                                       // work tiles of this block so far
-    for (int w = next(-1);; w = next(w), ++t) {
-        if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);               // both consumers finished the last Q·Kᵀ
-        if (DYNAMIC) st_shared(sm.work(), w);                          // read by the consumers once q_full completes
-        if (w >= n_work) {
-            if (DYNAMIC) mbar_arrive(sm.q_full());                     // "no more": q_full completes without a copy
-            break;
+    // The work tiles: from the counter (dynamic), or every gridDim.x-th from blockIdx.x (static).
+    int w = DYNAMIC ? atomicAdd(sched, 1) : blockIdx.x;
+    for (int t = 0;; ++t) {                                          // t: work tiles of this block so far
+        if constexpr (DYNAMIC) {
+            if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);           // both consumers finished the last Q·Kᵀ
+            st_shared(sm.work(), w);                                   // read by the consumers once q_full completes
+            if (w >= n_work) {
+                mbar_arrive(sm.q_full());                              // "no more": q_full completes without a copy
+                break;
+            }
+        } else {                                                       // the consumers walk the same tiles themselves
+            if (w >= n_work) break;
+            if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);
         }
         const Work wk = work_tile<BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
         mbar_arrive_expect_tx(sm.q_full(), T::Q_BYTES);
@@ -296,6 +292,7 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
             post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, wk.row0 + (j - 1) * BC);
         }
         post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, wk.row0 + (wk.n_tiles - 1) * BC);
+        w = DYNAMIC ? atomicAdd(sched, 1) : w + (int)gridDim.x;
     }
     // Every block takes from the counter until it reads n_work or more, so once all gridDim.x blocks
     // have counted themselves out here, nobody reads it any more: the last one resets it for the next
@@ -428,17 +425,18 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     auto release = [&](u32 empty, int s, int& n) { if (tid == 0) mbar_arrive(empty + 8 * s); ++n; };
 
     // Ping-pong turns: wait for ours, issue, hand the turn over (see the header for the counting).
+    bool last_turn = false;                                               // the block's very last turn (static walk)
     auto begin_turn = [&] { named_bar_sync(TURN_BAR + c, 256); };
-    auto end_turn = [&] { named_bar_arrive(TURN_BAR + 1 - c, 256); };
+    auto end_turn = [&] {
+        if (!(c == 1 && last_turn)) named_bar_arrive(TURN_BAR + 1 - c, 256);
+    };
     if (c == 1) named_bar_arrive(TURN_BAR + 0, 256);                      // warpgroup 0 takes the first turn
 
+    int w = DYNAMIC ? 0 : blockIdx.x;                                     // static: the producer's walk, known here
     for (int t = 0;; ++t) {                                               // t: work tiles of this block so far
-        int w;
         if constexpr (DYNAMIC) {
-            mbar_wait(sm.q_full(), t & 1);                                  // the producer posted a work tile (and its Q)
-            w = ld_shared(sm.work());                                       // or said there is none left
-        } else {
-            w = blockIdx.x + t * gridDim.x;                               // the same walk as the producer's
+            mbar_wait(sm.q_full(), t & 1);                                // the producer posted a work tile (and its Q)
+            w = ld_shared(sm.work());                                     // or said there is none left
         }
         if (w >= n_work) break;
         const Work wk = work_tile<BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
@@ -493,6 +491,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         fence_regs(acc);
         fence_regs(p);
         const int vs = wait_v();
+        if constexpr (!DYNAMIC) last_turn = w + gridDim.x >= n_work;      // (dynamic: not known yet, see below)
         begin_turn();
         wgmma_fence();
         issue_pv(vs);
@@ -520,10 +519,12 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
                 *reinterpret_cast<u32*>(out + 8 * n8) = pack_half2(acc[i] * inv[h], acc[i + 1] * inv[h]);
             }
         }
+        if constexpr (!DYNAMIC) w += gridDim.x;
     }
-    // Warpgroup 1 arrived once up front and once after each of its turns, one arrival more than warpgroup
-    // 0 had turns: take it, so that both named barriers end balanced.
-    if (c == 0) named_bar_sync(TURN_BAR + 0, 256);
+    // Static walk: warpgroup 1 skipped its very last arrival. Dynamic walk: nobody knew which turn was the
+    // last, so warpgroup 1 arrived once up front and once after each of its turns, one arrival more than
+    // warpgroup 0 had turns: warpgroup 0 takes it here, and both named barriers end balanced.
+    if (DYNAMIC && c == 0) named_bar_sync(TURN_BAR + 0, 256);
 }
 
 template <int D, int BC>
