@@ -31,10 +31,13 @@ Bc = TILES[(128, False)]        # the widest (D 128 without masking); tile(D, ca
 MAX_STAGES = 4                  # K and V ring slots at most
 # (D, causal) → how blocks get their work tiles: "grid" one block per tile (the hardware hands out blocks),
 # "static" one block per SM taking every gridDim-th tile, "dynamic" one block per SM taking the next tile
-# from a counter (where the tiles differ in length: causal masking). H100, 2026-11-26, A/B against the
-# previous file in one run (results/ch07-h100-2026-11-26-dynamic*.json): with masking at D = 128 the
-# counter was 2-8% faster than the grid; at D = 64 3-6% slower, so D = 64 keeps the grid.
-SCHEDULE = {(64, False): "static", (64, True): "grid", (128, False): "static", (128, True): "dynamic"}
+# from a counter (where the tiles differ in length: causal masking). H100, 2026-11-26, time / SDPA's with
+# masking, one process (scripts/ab7c_tmp.py in the notes of that day): D 128 at S 4096 grid 1.016 (the
+# previous file), static 0.948, dynamic 0.948; D 64 at S 4096 grid 1.166, static 1.041, dynamic 1.047,
+# at S 8192 grid 1.124, static 0.999, dynamic 0.992. Dynamic at D = 128 (it balances the long sequences,
+# results/ch07-h100-2026-11-26-dynamic.json), static at D = 64 (a counter compiled into that kernel cost
+# 2-3% without masking).
+SCHEDULE = {(64, False): "static", (64, True): "static", (128, False): "static", (128, True): "dynamic"}
 L2_SHARE = 0.5                  # the work order groups heads whose K and V fill at most this share of L2
 EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on the FMA pipe (the .cu's EXP2_FMA_EVERY)
 SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
