@@ -32,8 +32,8 @@ MAX_STAGES = 4                  # K and V ring slots at most
 # (D, causal) → how blocks get their work tiles: "grid" one block per tile (the hardware hands out blocks),
 # "static" one block per SM taking every gridDim-th tile, "dynamic" one block per SM taking the next tile
 # from a counter (where the tiles differ in length: causal masking). H100, 2026-11-26, time / SDPA's with
-# masking, one process (scripts/ab7c_tmp.py in the notes of that day): D 128 at S 4096 grid 1.016 (the
-# previous file), static 0.948, dynamic 0.948; D 64 at S 4096 grid 1.166, static 1.041, dynamic 1.047,
+# masking, one process (results/ch07-schedule-ab-h100-2026-11-26.txt): D 128 at S 4096 grid 1.016 (the
+# previous file), dynamic 0.948; D 64 at S 4096 grid 1.166, static 1.041, dynamic 1.047,
 # at S 8192 grid 1.124, static 0.999, dynamic 0.992. Dynamic at D = 128 (it balances the long sequences,
 # results/ch07-h100-2026-11-26-dynamic.json), static at D = 64 (a counter compiled into that kernel cost
 # 2-3% without masking).
