@@ -218,3 +218,15 @@ def test_a_call_that_waits_for_the_gpu_keeps_its_sleeps_bounded():
     timed = [(n, s) for label, n, s, _ in bench.sleeps if label == "learner"]
     assert len(timed) == 4 * 2 + 1               # one try per batch (and the untraced host-cost batch)
     assert all(s <= tm.GATE_FACTOR_MAX * (500.0 + n * 20.0) + tm.GATE_MARGIN_US for n, s in timed)
+
+
+def test_a_negative_time_per_call_is_disturbed_never_below_the_floor():
+    """No kernel runs in negative time: a median slope ≤ 0 makes the shape's timing disturbed (re-timed, then
+    'disturbed' — re-run), so the verdict cannot become 'faster than the roofline floor' for a correct kernel."""
+    from flashtutor.grading.evidence import Measurement
+    from flashtutor.grading.timing import ShapeRun, spread_disturbed
+    good = Measurement(1000.0, 990.0, 1010.0, 5, batch=(1, 2))
+    negative = Measurement(-329.8, -400.0, -250.0, 5, batch=(1, 2))
+    assert spread_disturbed(ShapeRun({"learner": good, "sdpa": good}, {}, [], []), ["learner", "sdpa"]) == ""
+    why = spread_disturbed(ShapeRun({"learner": negative, "sdpa": good}, {}, [], []), ["learner", "sdpa"])
+    assert "learner's time per call came out at -329.8 µs" in why and "not a measurement" in why

@@ -536,9 +536,16 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
 
 
 def spread_disturbed(run: ShapeRun, names) -> str:
+    """Why the rounds cannot be trusted ('' when they can): slopes spread over SPREAD_LIMIT, or a time per call
+    of zero or less — no kernel runs in negative time, so the batches did not time what they should (seen once
+    on the H100's host, for a correct 1-ms-per-call kernel: -330 µs), and it must not read as 'faster than the
+    roofline floor', an accusation."""
     bad = []
     for n in names:
         m = run.times.get(n)
-        if m and m.median_us > 0 and m.spread > SPREAD_LIMIT:
+        if m and m.median_us <= 0:
+            bad.append(f"{n}'s time per call came out at {m.median_us:.1f} µs (batches of {m.batch[0]} and "
+                       f"{m.batch[1]} calls): not a measurement")
+        elif m and m.spread > SPREAD_LIMIT:
             bad.append(f"{n}'s rounds spread {100 * m.spread:.0f}% (p10 {m.p10_us:.1f}, p90 {m.p90_us:.1f} µs)")
     return "; ".join(bad)
