@@ -1,4 +1,5 @@
-"""A module's docstring as Markdown, for a notebook to show it as prose rather than as reST in a grey box.
+"""Text for the book's pages: a module's docstring as Markdown (prose, not reST in a grey box), and long
+printed lines wrapped to the content column.
 
 The package's docstrings use a small part of reStructuredText: ``literal``, roles such as
 :func:`name`, bullet lists, and code blocks indented by four spaces after a blank line. This turns
@@ -39,3 +40,21 @@ def markdown(obj) -> str:
         out.append(_inline(line))
         i += 1
     return "\n".join(out).strip() + "\n" if out else ""
+
+
+WIDTH = 100          # characters of a printed line the book's content column shows without scrolling
+
+
+def wrap(text: str, width: int = WIDTH) -> str:
+    """``text`` with every line longer than ``width`` broken at spaces; the continuation lines are indented
+    past the line's own indent (and past a leading "* " or "NNN: "), so a list stays a list."""
+    import textwrap
+    out = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = re.match(r"\s*(?:[*-] |\d+: )?", line).group(0)
+        out.append(textwrap.fill(line, width=width, initial_indent="", subsequent_indent=" " * (len(lead) + 2),
+                                 break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out)

@@ -421,3 +421,11 @@ def test_solution_is_capturable_and_reads_its_inputs_at_replay():
 
 
 
+
+
+def test_per_seq_markdown_is_the_table_as_markdown():
+    from flashtutor.bench.ch06 import per_seq_markdown
+    rows = [_row("B32 H16 S128 D64", 32, 128, "SDPA", 15.5), _row("B32 H16 S128 D64", 32, 128, "solution", 8.5)]
+    md = per_seq_markdown(rows, "graph").splitlines()
+    assert md[0] == "| shape | SDPA | solution | HBM floor | FLOP floor |" and md[1] == "|---|---|---|---|---|"
+    assert md[2].startswith("| B32 H16 S128 D64 | 0.48 | 0.27 | ")          # 15.5 / 32, 8.5 / 32 µs per sequence

@@ -254,3 +254,5 @@ def test_ch06_timeline_and_tile_loop_are_the_chapters():
     out = _stored_text(_chapter_notebooks()["06"], "n_tiles, P = 12, 4")
     assert "tile -> (b·h, key chunk, query block): " + str([ch06.tile_coords(t) for t in range(12)]) in out
     assert "program 0: tiles [0, 4, 8]" in out
+    if t["host_graph_us"] > t["gpu_graph_us"]:      # the caption's "cuts … N×" is the ratio of the rates it cites
+        assert f"{t['done_direct_us'] / t['done_graph_us']:.1f}×" in ch06.pace(t)

@@ -32,3 +32,16 @@ def test_graphs_module_doc_renders_its_example_as_code():
     md = docs.markdown(graphs)
     assert md.count("```python") == 1 and ":func:" not in md
     assert docs.markdown(lambda: None) == ""
+
+
+def test_long_printed_lines_wrap_to_the_column_and_keep_their_list_shape():
+    line = "* results/ch07-h100-2026-11-26.json: NVIDIA H100 80GB HBM3, 2026-11-26; steps 7a, 7b, 7c, 14 shapes; " \
+           "timed with scripts/ch07_gpu.py: triton.testing.do_bench (median, L2 flushed before each call)"
+    out = docs.wrap(line + "\nshort line")
+    lines = out.splitlines()
+    assert all(len(x) <= docs.WIDTH for x in lines) and len(lines) >= 3
+    assert lines[0].startswith("* results/") and all(x.startswith("    ") for x in lines[1:-1])
+    assert lines[-1] == "short line" and " ".join(x.strip() for x in lines[:-1]) == line
+    todo = docs.wrap(" 132: // TODO: wait until slot s holds tile j — kv_full[s] (address sm.kv_full + 8·s), "
+                     "parity (j / STAGES) & 1, and give up when the producer has aborted")
+    assert todo.splitlines()[1].startswith("       ")                    # past "NNN: "

@@ -118,7 +118,7 @@ def pace(t: dict) -> str:
     slower host a replay took longer than the kernel, so the host still set the pace)."""
     if t["host_graph_us"] <= t["gpu_graph_us"]:
         return "with the graph, the GPU sets the pace."
-    cut = t["host_direct_us"] / t["host_graph_us"]
+    cut = t["done_direct_us"] / t["done_graph_us"]          # the rates the caption cites ("host done")
     return (f"the graph cuts the host's cost per call {cut:.1f}×, yet on this host a replay still takes longer than "
             "the kernel: the host sets the pace in both loops.")
 

@@ -211,6 +211,21 @@ def format_row(r) -> str:
             f"  host {_num(r.get('host_us'))} µs/call")
 
 
+def per_seq_markdown(rows, key="graph") -> str:
+    """:func:`per_seq_table` as a Markdown table (what the notebook displays: it fits the page's column)."""
+    steps = list(dict.fromkeys(r["step"] for r in rows))
+    probs = list(dict.fromkeys(r["problem"] for r in rows))
+    lines = ["| shape | " + " | ".join(steps) + " | HBM floor | FLOP floor |", "|---" * (len(steps) + 3) + "|"]
+    for pn in probs:
+        mine = {r["step"]: r for r in rows if r["problem"] == pn}
+        any_r = next(iter(mine.values()))
+        B = any_r["B"]
+        cells = [_num(mine[s].get(f"{key}_us_per_seq"), 0, 2).strip() if s in mine else "" for s in steps]
+        floors = [_num(any_r["floor"][f] / B, 0, 2).strip() for f in ("memory_us", "compute_us")]
+        lines.append(f"| {pn} | " + " | ".join(cells + floors) + " |")
+    return "\n".join(lines)
+
+
 def per_seq_table(rows, key="graph") -> str:
     """µs per sequence on one basis ("event", "graph", "graph_warm"): a line per shape, a column per
     step, then the shape's HBM and FLOP floors per sequence."""

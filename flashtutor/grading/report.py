@@ -480,4 +480,4 @@ def _fmt_pct(x: float) -> str:
 
 
 def _fmt_ratio(x: float) -> str:
-    return f"{x:.0f}×" if x >= 100 else f"{x:.3g}×"
+    return f"{x:.0f}×" if x >= 100 else f"{x:.1f}×" if x >= 10 else f"{x:.2f}×"    # 1.10×, not 1.1×
