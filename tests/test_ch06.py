@@ -428,4 +428,6 @@ def test_per_seq_markdown_is_the_table_as_markdown():
     rows = [_row("B32 H16 S128 D64", 32, 128, "SDPA", 15.5), _row("B32 H16 S128 D64", 32, 128, "solution", 8.5)]
     md = per_seq_markdown(rows, "graph").splitlines()
     assert md[0] == "| shape | SDPA | solution | HBM floor | FLOP floor |" and md[1] == "|---|---|---|---|---|"
-    assert md[2].startswith("| B32 H16 S128 D64 | 0.48 | 0.27 | ")          # 15.5 / 32, 8.5 / 32 µs per sequence
+    assert md[2].startswith("| B32\u00a0H16\u00a0S128\u00a0D64 | 0.48 | 0.27 | ")   # 15.5 / 32, 8.5 / 32 µs per sequence
+    two = per_seq_markdown(rows + [_row("B8 H16 S256 D64", 8, 256, "SDPA", 4.0)], "graph").splitlines()
+    assert two[0].startswith("| shape (H16 D64) | ") and two[3].startswith("| B8\u00a0S256 | 0.50 | ")

@@ -212,17 +212,21 @@ def format_row(r) -> str:
 
 
 def per_seq_markdown(rows, key="graph") -> str:
-    """:func:`per_seq_table` as a Markdown table (what the notebook displays: it fits the page's column)."""
+    """:func:`per_seq_table` as a Markdown table (what the notebook displays: it fits the page's column). The
+    shape's tokens every row shares (H16 D64) go into the column's header, the rest stays on one line."""
     steps = list(dict.fromkeys(r["step"] for r in rows))
     probs = list(dict.fromkeys(r["problem"] for r in rows))
-    lines = ["| shape | " + " | ".join(steps) + " | HBM floor | FLOP floor |", "|---" * (len(steps) + 3) + "|"]
+    common = [t for t in probs[0].split() if all(t in pn.split() for pn in probs)] if len(probs) > 1 else []
+    label = lambda pn: "\u00a0".join(t for t in pn.split() if t not in common)       # noqa: E731 (one line a row)
+    shape = f"shape ({' '.join(common)})" if common else "shape"
+    lines = [f"| {shape} | " + " | ".join(steps) + " | HBM floor | FLOP floor |", "|---" * (len(steps) + 3) + "|"]
     for pn in probs:
         mine = {r["step"]: r for r in rows if r["problem"] == pn}
         any_r = next(iter(mine.values()))
         B = any_r["B"]
         cells = [_num(mine[s].get(f"{key}_us_per_seq"), 0, 2).strip() if s in mine else "" for s in steps]
         floors = [_num(any_r["floor"][f] / B, 0, 2).strip() for f in ("memory_us", "compute_us")]
-        lines.append(f"| {pn} | " + " | ".join(cells + floors) + " |")
+        lines.append(f"| {label(pn)} | " + " | ".join(cells + floors) + " |")
     return "\n".join(lines)
 
 
