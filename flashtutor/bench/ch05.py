@@ -356,8 +356,8 @@ def crossover(S_list=CROSSOVER_S, B=1, H=16, D=64, *, check_up_to=4096, reps=15)
             for name, st in stats.items():
                 rows.append({"S": S, "kernel": name, "us": st.median_us, "spread": st.spread, "basis": basis[name],
                              "ns_per_score": 1e3 * st.median_us / (B * H * S * S), "ok": checked.get(name)})
-            log(f"  S={S:>5}: " + ", ".join(f"{n} {st.median_us:.1f} µs" + ("" if basis[n] == "graph" else " (events)")
-                                           for n, st in stats.items()))
+            log(f"  S={S:>5}: " + ", ".join(f"{n.split(' (')[0]} {st.median_us:.1f} µs"      # short names: one line
+                                           + ("" if basis[n] == "graph" else " (events)") for n, st in stats.items()))
             fns = sdpa = None                      # let the large buffers go before the next S
             torch.cuda.empty_cache()
         except Exception as e:

@@ -136,7 +136,7 @@ def versus_sdpa_table(runs: list[dict]) -> str:
     lines = ["| run | shape | step | time | TFLOP/s | % of peak | SDPA | SDPA's % of peak | time / SDPA |",
              "|" + "---|" * 9]
     for run in runs:
-        tag = f"{_gpu_short(run['gpu'])} {run['date']} ({run['kind']})"
+        tag = f"{_gpu_short(run['gpu'])} {run['date']} ({run['kind']})".replace(" ", "\u00a0")   # one line a row
         pk = (run.get("peaks") or {}).get("tensor_tflops")
         if pk is None:
             ds = datasheet_peaks(run["gpu"])
