@@ -296,6 +296,9 @@ def test_launch_cost_rows_table_and_plot():
     assert "ZeroDivisionError" in rows[-1]["error"]
     text = launch_cost.table(rows)
     assert "fake Triton, 32 args" in text and "ZeroDivisionError" in text
+    md = launch_cost.markdown(rows).splitlines()
+    assert md[0].count("|") == md[2].count("|") == md[-1].count("|") == len(launch_cost.COLUMNS) + 2
+    assert md[2].startswith("| fake eager op | 5.00 | ") and "ZeroDivisionError" in md[-1]
     fig = launch_cost.plot(rows)
     assert len(fig.axes) == 2
 

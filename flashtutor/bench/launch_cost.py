@@ -300,6 +300,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join([head, "-" * len(head)] + [format_row(r) for r in rows])
 
 
+def markdown(rows: list[dict]) -> str:
+    """:func:`table` as a Markdown table (what the notebook displays: the printed one ran past the page's column)."""
+    lines = ["| call (µs per call) | " + " | ".join(h for _, h in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for r in rows:
+        if "error" in r and "issue_us" not in r:
+            lines.append(f"| {r['call']} | {r['error']} |" + " |" * (len(COLUMNS) - 1))
+            continue
+        flag = "" if r.get("gpu_hidden", True) else " (GPU/call not hidden behind the spin: an upper bound)"
+        lines.append(f"| {r['call']}{flag} | " + " | ".join(_f(r.get(k)).strip() for k, _ in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
 def plot(rows: list[dict], title: str = ""):
     """Top: host issue time, GPU time per call and per graph node for every call. Bottom: a Triton
     launch's host time against its number of arguments. The book's width, flashtutor.plots' sizes,
