@@ -239,13 +239,13 @@ def env_line(rows: list[dict]) -> str:
 def ladder_table(rows: list[dict]) -> str:
     """Two tables of a few columns each (one of ten columns showed four at the book's width): the ratios and
     the rule, then the seed shape's times and the host's cost."""
-    head = "| chapter | ratio at the seed shape | worst ratio (shape) | best ratio (shape) | speed rule | passes it |"
-    lines = [head, "|---|---|---|---|---|---|"]
+    head = "| chapter | ratio at the seed shape | worst ratio (shape) | best ratio (shape) | speed rule — passes it? |"
+    lines = [head, "|---|---|---|---|---|"]         # (the rule and its outcome share a column: six were too wide)
     for r in rows:
         if "missing" in r:
-            lines.append(f"| {r['chapter']} | {r['missing']} | | | {r['rule']} | |")
+            lines.append(f"| {r['chapter']} | {r['missing']} | | | {r['rule']} |")
             continue
-        lines.append(f"| {r['chapter']} | {r['ratio']} | {r['worst']} | {r['best']} | {r['rule']} | {r['passed']} |")
+        lines.append(f"| {r['chapter']} | {r['ratio']} | {r['worst']} | {r['best']} | {r['rule']} — {r['passed']} |")
     lines += ["", f"At the seed shape, {SEED_SHAPE}:", "",
               "| chapter | solution, GPU time per call | SDPA, GPU time per call | host µs per call (solution / SDPA) "
               "| basis |", "|---|---|---|---|---|"]
@@ -398,6 +398,7 @@ def event_vs_gpu_rows(res: Results) -> list[dict]:
         old_us, new_us = o["m"]["median_us"], n["m"]["median_us"]
         rows.append({"problem": o["problem"], "what": _label(o["ident"]), "ident": o["ident"],
                      "old": spread(o["m"]), "old_file": o["file"], "new": spread(n["m"]), "basis": n["basis"],
+                     "old_us": old_us, "new_us": new_us,
                      "new_file": n["file"], "host": n["m"].get("host_us"),
                      "diff_us": old_us - new_us, "old_over_new": old_us / new_us})
     rows.sort(key=lambda r: ((r["problem"] != SEED_SHAPE), r["ident"] != "SDPA", r["ident"], r["old_file"]))
@@ -427,15 +428,21 @@ def section_events(res: Results) -> str:
            f"{BIG_SHAPE}, non-causal, and only where both measurements exist. The new time comes from the same "
            "chapter's report where that report timed the code, else from the first report that did. "
            "**old − new** is what the event timing added; the last column is the host's cost of issuing one call, "
-           "from the new report, for comparison.", ""]
+           "from the new report, for comparison. The table gives medians (in *italics* the new time's basis); each "
+           "row's two files, with the 10th–90th percentile ranges, are listed under it by row number.", ""]
     if not rows:
         return "\n".join(out + ["No pair of measurements in results/.", ""])
-    out += ["| shape | what was timed | event-timed (old) | from | GPU time per call (new) | basis | from | "
-            "old − new | old / new | host µs per call (new) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    # Eight narrow columns (ten, with both files and the ranges, were twice the page's width); the files and
+    # ranges follow the table, by row number.
+    out += ["| # | shape | what was timed | event-timed (old) | GPU time per call (new) | old − new | old / new "
+            "| host µs per call (new) |", "|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows, 1):
         host = f"{r['host']:.1f}" if r["host"] is not None else "—"
-        out.append(f"| {shape(r['problem'])} | {r['what']} | {r['old']} | {src(r['old_file'], False)} | {r['new']} "
-                   f"| {r['basis']} | {src(r['new_file'], False)} | {r['diff_us']:+.1f} µs | {r['old_over_new']:.2f}× | {host} |")
+        out.append(f"| {i} | {shape(r['problem'])} | {r['what']} | {us(r['old_us'])} | {us(r['new_us'])} *{r['basis']}* "
+                   f"| {r['diff_us']:+.1f} µs | {r['old_over_new']:.2f}× | {host} |")
+    out += ["", "The files, by row (old; new):", ""]
+    out += [f"{i}. {r['old']}, {src(r['old_file'], False)}; {r['new']}, {src(r['new_file'], False)}"
+            for i, r in enumerate(rows, 1)]
     out.append("")
     for at in (SEED_SHAPE, BIG_SHAPE):
         mine = [r for r in rows if r["problem"] == at]

@@ -61,8 +61,9 @@ def _ladder_row(page: str, gpu: str, key: str) -> list[str]:
     worst, best, basis, rule, passes."""
     rows = [r for r in _rows(_section(_plain(page), f"### {GPUS[gpu]}")) if re.match(rf"\{{doc\}}`{key} ", r[0])]
     ratios, times = rows          # the ratios-and-rule table's row, then the seed shape's times
-    assert len(ratios) == 6 and len(times) == 5, rows
-    return [ratios[0], times[1], times[2], ratios[1], times[3], ratios[2], ratios[3], times[4], ratios[4], ratios[5]]
+    assert len(ratios) == 5 and len(times) == 5, rows
+    rule, passes = ratios[4].split(" — ", 1)
+    return [ratios[0], times[1], times[2], ratios[1], times[3], ratios[2], ratios[3], times[4], rule, passes]
 
 
 @pytest.fixture(scope="module")
@@ -158,13 +159,15 @@ def test_event_section_pairs_recomputed(page):
     new = json.loads(_newest("h200", "02").read_text())
     o = next(r for r in old["rows"] if r["problem"] == SEED and r["step"] == "SDPA")
     n = next(t for t in new["timings"] if t["problem"] == SEED)["times"]["sdpa"]
-    row = next(r for r in _rows(text) if r[0] == SEED and r[3] == "results/bench02-h200-2026-11-21.json"
-               and r[1] == "SDPA (cuDNN)")
-    assert row[2].startswith(f"{o['median_us']:.1f} µs") and row[4].startswith(f"{n['median_us']:.1f} µs")
-    assert row[6] == f"results/{_newest('h200', '02').name}"
-    assert row[7] == f"{o['median_us'] - n['median_us']:+.1f} µs" and row[8] == f"{o['median_us'] / n['median_us']:.2f}×"
+    files = dict(re.findall(r"^(\d+)\. (.*)$", text, re.M))          # the files under the table, by row number
+    row = next(r for r in _rows(text) if r[1] == SEED and r[2] == "SDPA (cuDNN)"
+               and "results/bench02-h200-2026-11-21.json" in files[r[0]])
+    assert row[3] == f"{o['median_us']:.1f} µs" and row[4].startswith(f"{n['median_us']:.1f} µs *")
+    assert f"results/{_newest('h200', '02').name}" in files[row[0]]
+    assert files[row[0]].startswith(f"{o['median_us']:.1f} µs ({o['p10_us']:.1f}–{o['p90_us']:.1f})")
+    assert row[5] == f"{o['median_us'] - n['median_us']:+.1f} µs" and row[6] == f"{o['median_us'] / n['median_us']:.2f}×"
     # only pairs where both exist: chapter 6's solution is timed at the seed shape, not at B32 H16 S512 D64
-    assert not [r for r in _rows(text) if r[1] == "chapter 6's solution" and r[0] != SEED]
+    assert not [r for r in _rows(text) if r[2] == "chapter 6's solution" and r[1] != SEED]
 
 
 def test_claims_are_short_exact_quotes_with_a_verdict_and_real_sources():
