@@ -29,12 +29,15 @@ _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 def stored_times(notebook: Path = NOTEBOOK) -> dict:
     """The numbers the timeline needs, from the notebook's stored outputs (ValueError if one is missing)."""
     cells = json.loads(notebook.read_text())["cells"]
-    text = "\n".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
+    text = "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", ""))
+                      for c in cells for o in c.get("outputs", []))
+    # the per-call table (bench06.rows_markdown): the shape without the tokens every row shares (H16 D64)
+    row = r"^\|\s*" + SHAPE.split()[0] + r"\W+" + SHAPE.split()[2] + r"\s*\|\s*{step}\s*\|\s*{n}\s*\|\s*{n}\s*\|\s*{n}\s*\|"
     patterns = {
         "host_direct": rf"^k06 kernel, direct launch\s+{_NUM}\s+{_NUM}",
         "host_graph": rf"^solution \(graph replay\)\s+{_NUM}\s+{_NUM}",
-        "gpu_direct": rf"^{SHAPE}\s+multihead\s+events\s+{_NUM} µs\s+graph\s+{_NUM} µs\s+warm\s+{_NUM} µs",
-        "gpu_graph": rf"^{SHAPE}\s+solution\s+events\s+{_NUM} µs\s+graph\s+{_NUM} µs\s+warm\s+{_NUM} µs",
+        "gpu_direct": row.format(step="multihead", n=_NUM),
+        "gpu_graph": row.format(step="solution", n=_NUM),
         "run": r"NVIDIA ([A-Z][0-9]+)[^·\n]*·[^\n]*?([0-9]{4}-[0-9]{2}-[0-9]{2}) [0-9:]+ UTC",
     }
     found = {}

@@ -211,6 +211,27 @@ def format_row(r) -> str:
             f"  host {_num(r.get('host_us'))} µs/call")
 
 
+def rows_markdown(rows, steps=("SDPA", "multihead", "solution")) -> str:
+    """The per-call rows of ``steps`` (what :func:`format_row` prints) as a Markdown table, graph-replayed with
+    the L2 flushed; the shape's tokens every row shares go into the column's header."""
+    mine = [r for r in rows if r["step"] in steps]
+    probs = list(dict.fromkeys(r["problem"] for r in mine))
+    common = [t for t in probs[0].split() if all(t in pn.split() for pn in probs)] if len(probs) > 1 else []
+    shape = f"shape ({' '.join(common)})" if common else "shape"
+    lines = [f"| {shape} | step | events µs | graph µs | warm µs | µs per seq | vs SDPA | / HBM floor | host µs per call |",
+             "|---" * 9 + "|"]
+    for r in mine:
+        label = "\u00a0".join(t for t in r["problem"].split() if t not in common)
+        if "error" in r:
+            lines.append(f"| {label} | {r['step']} | {r['error']} |" + " |" * 6)
+            continue
+        f = lambda x, d=1: _num(x, 0, d).strip()                                # noqa: E731
+        lines.append(f"| {label} | {r['step']} | {f(r['event']['median_us'])} | {f(r.get('graph', {}).get('median_us'))} | "
+                     f"{f(r.get('graph_warm', {}).get('median_us'))} | {f(r.get('graph_us_per_seq'), 2)} | "
+                     f"{f(r.get('graph_vs_sdpa'), 2)}× | {f(r.get('graph_over_hbm_floor'), 2)}× | {f(r.get('host_us'))} |")
+    return "\n".join(lines)
+
+
 def per_seq_markdown(rows, key="graph") -> str:
     """:func:`per_seq_table` as a Markdown table (what the notebook displays: it fits the page's column). The
     shape's tokens every row shares (H16 D64) go into the column's header, the rest stays on one line."""
