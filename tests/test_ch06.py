@@ -441,7 +441,7 @@ def test_rows_markdown_shows_the_per_call_rows():
     r = lambda pn, step, ev: {"problem": pn, "step": step, "event": {"median_us": ev}, "graph": {"median_us": 7.0},   # noqa: E731
                               "graph_warm": {"median_us": 4.8}, "graph_us_per_seq": 0.87, "graph_vs_sdpa": 0.74,
                               "graph_over_hbm_floor": 2.49, "host_us": 71.2}
-    md = rows_markdown([r("B8 H16 S128 D64", "multihead", 10.1), r("B16 H16 S128 D64", "SDPA", 41.0),
+    md = rows_markdown([r("B8 H16 S128 D64", "multihead", 10.1), r("B16 H16 S256 D64", "SDPA", 41.0),
                         r("B16 H16 S128 D64", "split-KV", 1.0)]).splitlines()
     assert md[0].startswith("| shape (H16 D64) | step | events µs | graph µs |") and len(md) == 4   # split-KV left out
     assert md[2] == "| B8\u00a0S128 | multihead | 10.1 | 7.0 | 4.8 | 0.87 | 0.74× | 2.49× | 71.2 |"
