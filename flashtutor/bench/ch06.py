@@ -211,17 +211,24 @@ def format_row(r) -> str:
             f"  host {_num(r.get('host_us'))} µs/call")
 
 
+def shape_labels(names) -> tuple[str, dict[str, str]]:
+    """A shape column's header and each row's label: the tokens every name shares (H16 D64) go into the
+    header, the rest stays on one line (non-breaking spaces)."""
+    names = list(dict.fromkeys(names))
+    common = [t for t in names[0].split() if all(t in n.split() for n in names)] if len(names) > 1 else []
+    header = f"shape ({' '.join(common)})" if common else "shape"
+    return header, {n: "\u00a0".join(t for t in n.split() if t not in common) for n in names}
+
+
 def rows_markdown(rows, steps=("SDPA", "multihead", "solution")) -> str:
     """The per-call rows of ``steps`` (what :func:`format_row` prints) as a Markdown table, graph-replayed with
     the L2 flushed; the shape's tokens every row shares go into the column's header."""
     mine = [r for r in rows if r["step"] in steps]
-    probs = list(dict.fromkeys(r["problem"] for r in mine))
-    common = [t for t in probs[0].split() if all(t in pn.split() for pn in probs)] if len(probs) > 1 else []
-    shape = f"shape ({' '.join(common)})" if common else "shape"
+    shape, labels = shape_labels(r["problem"] for r in mine)
     lines = [f"| {shape} | step | events µs | graph µs | warm µs | µs per seq | vs SDPA | / HBM floor | host µs per call |",
              "|---" * 9 + "|"]
     for r in mine:
-        label = "\u00a0".join(t for t in r["problem"].split() if t not in common)
+        label = labels[r["problem"]]
         if "error" in r:
             lines.append(f"| {label} | {r['step']} | {r['error']} |" + " |" * 6)
             continue
@@ -237,9 +244,7 @@ def per_seq_markdown(rows, key="graph") -> str:
     shape's tokens every row shares (H16 D64) go into the column's header, the rest stays on one line."""
     steps = list(dict.fromkeys(r["step"] for r in rows))
     probs = list(dict.fromkeys(r["problem"] for r in rows))
-    common = [t for t in probs[0].split() if all(t in pn.split() for pn in probs)] if len(probs) > 1 else []
-    label = lambda pn: "\u00a0".join(t for t in pn.split() if t not in common)       # noqa: E731 (one line a row)
-    shape = f"shape ({' '.join(common)})" if common else "shape"
+    shape, labels = shape_labels(probs)
     lines = [f"| {shape} | " + " | ".join(steps) + " | HBM floor | FLOP floor |", "|---" * (len(steps) + 3) + "|"]
     for pn in probs:
         mine = {r["step"]: r for r in rows if r["problem"] == pn}
@@ -247,7 +252,7 @@ def per_seq_markdown(rows, key="graph") -> str:
         B = any_r["B"]
         cells = [_num(mine[s].get(f"{key}_us_per_seq"), 0, 2).strip() if s in mine else "" for s in steps]
         floors = [_num(any_r["floor"][f] / B, 0, 2).strip() for f in ("memory_us", "compute_us")]
-        lines.append(f"| {label(pn)} | " + " | ".join(cells + floors) + " |")
+        lines.append(f"| {labels[pn]} | " + " | ".join(cells + floors) + " |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 // flashtutor/cuda/hopper.cuh — the Hopper instructions chapter 7 uses, each wrapped once in inline PTX:
 // mbarriers, TMA bulk tensor copies, the wgmma shared-memory descriptor, wgmma itself and its fences,
-// setmaxnreg, named barriers, and two small conversions. Every chapter-7 kernel (the steps in
-// flashtutor/kernels, the solution, your exercise) includes it; flashtutor's loader puts this folder on
+// setmaxnreg, named barriers, an int stored and loaded by shared-memory address, and two small
+// conversions. Every chapter-7 kernel (the steps in flashtutor/kernels, the solution, your exercise)
+// includes it; flashtutor's loader puts this folder on
 // NVRTC's include path. The header of flashtutor/kernels/k07a_wgmma_tma.cu explains TMA, the 128-byte
 // swizzle, the descriptor's bits and the fragment layouts these wrappers assume.
 #pragma once
@@ -25,6 +26,16 @@ struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {   // generic → shared-window address
     return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// An int in shared memory by its shared-window address (one register, where a generic pointer takes two).
+__device__ __forceinline__ void st_shared(u32 addr, int x) {
+    asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");
+}
+__device__ __forceinline__ int ld_shared(u32 addr) {
+    int x;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(x) : "r"(addr) : "memory");
+    return x;
 }
 
 // mbarrier: init with the number of arrivals that complete a phase (here 1: the thread that posts

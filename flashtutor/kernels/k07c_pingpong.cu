@@ -164,16 +164,6 @@ __device__ __forceinline__ float exp2_poly(float x) {
 
 constexpr int FMA_EVERY = EXP2_FMA_EVERY > 0 ? EXP2_FMA_EVERY : 1;   // (a divisor even when unused)
 
-// An int in shared memory by its shared-window address (one register, where a generic pointer takes two).
-__device__ __forceinline__ void st_shared(u32 addr, int x) {
-    asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");
-}
-__device__ __forceinline__ int ld_shared(u32 addr) {
-    int x;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(x) : "r"(addr) : "memory");
-    return x;
-}
-
 // Dynamic shared memory of one tile configuration, in bytes (the launcher adds SWIZZLE_ATOM of slack).
 template <int D, int BC>
 struct Tiles {
