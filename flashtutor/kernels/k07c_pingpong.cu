@@ -543,13 +543,22 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
     }
     __syncthreads();                                                      // the last block-wide barrier: roles split here
 
+    // The static walk counts its tiles from S itself, after the role split (each role its own copy); the
+    // dynamic walk reads the launcher's counts (its producer, at 24 registers, spilled a computed one).
+    // Computed here, the D = 64 kernel ran 2-8% faster than with the parameters (H100 A/B, one process,
+    // results/ch07-static-counts-ab-h100-2026-11-26.txt): the compiler schedules the softmax differently.
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, n_qblocks, n_work, heads, group, S, causal, sched);
+        if (threadIdx.x == 0) {
+            const int nq = DYNAMIC ? n_qblocks : (S + Br - 1) / Br;
+            producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, nq, DYNAMIC ? n_work : nq * heads, heads, group, S, causal, sched);
+        }
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer<D, BC, DYNAMIC>(sm, wg - 1, O, n_qblocks, n_work, heads, group, S, scale_log2, causal);
+        const int nq = DYNAMIC ? n_qblocks : (S + Br - 1) / Br;
+        consumer<D, BC, DYNAMIC>(sm, wg - 1, O, nq, DYNAMIC ? n_work : nq * heads, DYNAMIC ? heads : 1,
+                                 DYNAMIC ? group : 1, S, scale_log2, causal);
     }
 }
 
@@ -563,8 +572,9 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [BÂ
                                                 int group,                // heads per group of the work order
                                                 int n_qblocks,            // ceil(S / Br): query blocks per head
                                                 int n_work) {             // n_qblocks Â· heads: the work tiles
-    // (n_qblocks and n_work come from the launcher: a kernel parameter is read from the constant bank where
-    // it is used, where a value computed here is held in a register, and the producer, at 24, spilled it.)
+    // (n_qblocks and n_work come from the launcher for the dynamic walk: a kernel parameter is read from the
+    // constant bank where it is used, where a value computed here is held in a register, and that walk's
+    // producer, at 24, spilled it; the static walk computes them, see run_block.)
     // Align the tiles to a swizzle atom (the launcher allocated SWIZZLE_ATOM bytes of slack for this).
     const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
     // The key-tile width of this head dim and masking (one branch when both are the same).
