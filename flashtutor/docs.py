@@ -1,5 +1,6 @@
-"""Text for the book's pages: a module's docstring as Markdown (prose, not reST in a grey box), and long
-printed lines wrapped to the content column.
+"""Text for the book's pages: a module's docstring as Markdown (prose, not reST in a grey box), tables as
+Markdown (the page renders them as tables, in its own font, where printed columns would run past the
+content column), and long printed lines wrapped to that column.
 
 The package's docstrings use a small part of reStructuredText: ``literal``, roles such as
 :func:`name`, bullet lists, and code blocks indented by four spaces after a blank line. This turns
@@ -58,3 +59,12 @@ def wrap(text: str, width: int = WIDTH) -> str:
         out.append(textwrap.fill(line, width=width, initial_indent="", subsequent_indent=" " * (len(lead) + 2),
                                  break_long_words=False, break_on_hyphens=False))
     return "\n".join(out)
+
+
+def table(header, rows) -> str:
+    """A Markdown table: ``header`` a list of column titles, ``rows`` lists of cells (anything ``str`` takes;
+    ``None`` shows as "—"). A ``|`` inside a cell is escaped, so it stays one cell."""
+    cell = lambda x: "—" if x is None else str(x).replace("|", "\\|").replace("\n", " ")     # noqa: E731
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
+    return "\n".join(lines)

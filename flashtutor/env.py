@@ -54,9 +54,10 @@ def _cudnn(v) -> str:
     return f"{major}.{rest // 100}.{rest % 100}"
 
 
-def format_env(d: dict, execution: str = "") -> str:
+def format_env(d: dict, execution: str = "", width: int | None = None) -> str:
     """One line for a :func:`describe` record: only what exists ('no GPU' rather than a GPU called
-    'none', no 'cuDNN None'), with how the code ran when that was not on the GPU."""
+    'none', no 'cuDNN None'), with how the code ran when that was not on the GPU. With ``width``, the line
+    breaks between items where it would pass that many characters."""
     parts = [str(d["gpu"]) if _present(d.get("gpu")) else "no GPU"]
     if execution and execution != "gpu" and execution in EXECUTION_HEADER:
         parts.append(EXECUTION_HEADER[execution])
@@ -65,11 +66,22 @@ def format_env(d: dict, execution: str = "") -> str:
             parts.append(f"{label} {_cudnn(d[key]) if key == 'cudnn' else d[key]}")
     if _present(d.get("date")):
         parts.append(str(d["date"]))
-    return " · ".join(parts)
+    if width is None:
+        return " · ".join(parts)
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) > width:
+            lines[-1] += " ·"
+            lines.append(part)
+        else:
+            lines[-1] += " · " + part
+    return "\n".join(lines)
 
 
-def describe_line() -> str:
-    return format_env(describe())
+def describe_line(wrap: bool = False) -> str:
+    """:func:`format_env` of this machine; ``wrap``: broken to the width the book shows (``docs.WIDTH``)."""
+    from .docs import WIDTH
+    return format_env(describe(), width=WIDTH if wrap else None)
 
 
 # ---------------------------------------------------------------- how a chapter runs here -------------

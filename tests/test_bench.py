@@ -248,3 +248,15 @@ def test_ch07_latest_keeps_the_newest_run_per_gpu_and_kind():
                             ("H200", "grade", "2026-11-26"), ("H200", "grade", "2026-11-23"))]
     assert [r["file"] for r in ch07.latest(runs)] == ["H100-ch07-2026-11-26", "H100-grade-2026-11-23",
                                                        "H200-grade-2026-11-26"]
+
+
+def test_ch03_ncu_counters_as_a_markdown_table():
+    from flashtutor.bench import ch03
+    ld, st = list(ch03.NCU_LABELS)[:2]
+    res = {"metrics": [ld, st], "kernels": {"wmma_attention_d64": {ld: 18321840.0, st: 3506176.0},
+                                            "wmma_padded_d64": {ld: 27659.0}}}
+    md = ch03.ncu_markdown(res).splitlines()
+    assert md[0] == "| kernel | ld bank conflicts | st bank conflicts |"
+    assert md[2] == "| wmma_attention_d64 | 18,321,840 | 3,506,176 |"
+    assert md[3] == "| wmma_padded_d64 | 27,659 | — |"                   # a counter ncu did not give: a dash
+    assert ch03.ncu_markdown({"error": "ncu not found"}) == "no ncu numbers: ncu not found"

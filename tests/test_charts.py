@@ -422,7 +422,7 @@ class _P:
 
 def _run_cell(src: str, **names):
     shown = []
-    ns = {"describe_line": lambda: ENV, "plt": plt, **names}
+    ns = {"describe_line": lambda **kw: ENV, "plt": plt, **names}
     old_show = plt.show
     plt.show = lambda *a, **k: shown.extend(plt.get_fignums())
     try:

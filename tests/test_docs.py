@@ -1,4 +1,7 @@
 """flashtutor.docs: docstrings shown in the book as Markdown, not as reST."""
+
+import re
+
 from flashtutor import docs
 
 
@@ -45,3 +48,28 @@ def test_long_printed_lines_wrap_to_the_column_and_keep_their_list_shape():
     todo = docs.wrap(" 132: // TODO: wait until slot s holds tile j — kv_full[s] (address sm.kv_full + 8·s), "
                      "parity (j / STAGES) & 1, and give up when the producer has aborted")
     assert todo.splitlines()[1].startswith("       ")                    # past "NNN: "
+
+
+def test_table_is_markdown_with_one_cell_per_value():
+    md = docs.table(["shape", "µs | GPU"], [["B1 H16", 14.5], ["a|b", None]])
+    lines = md.splitlines()
+    assert lines[0] == r"| shape | µs \| GPU |"
+    assert lines[1] == "|---|---|"
+    assert lines[2] == "| B1 H16 | 14.5 |"
+    assert lines[3] == r"| a\|b | — |"              # an escaped pipe stays inside its cell; None shows as a dash
+    # every row has as many unescaped separators as the header
+    count = lambda s: len(re.findall(r"(?<!\\)\|", s))    # noqa: E731
+    assert len({count(l) for l in lines}) == 1
+
+
+def test_environment_line_breaks_between_items_at_the_book_width():
+    from flashtutor.env import format_env
+    d = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "cudnn": 91900, "triton": "3.6.0",
+         "driver": "580.159.04", "date": "2026-11-26 13:47 UTC"}
+    one = format_env(d)
+    assert "\n" not in one and len(one) > docs.WIDTH                 # the H100's line: 115 characters
+    lines = format_env(d, width=docs.WIDTH).splitlines()
+    assert len(lines) == 2 and all(len(x) <= docs.WIDTH for x in lines)
+    assert " ".join(lines).replace(" · ", "·").replace("·", " · ") == one   # the same items, in the same order
+    assert lines[0].endswith(" ·") and lines[1] == "2026-11-26 13:47 UTC"
+    assert format_env(d, width=200) == one

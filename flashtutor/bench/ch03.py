@@ -279,6 +279,17 @@ def ncu_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def ncu_markdown(result: dict) -> str:
+    """:func:`ncu_table` as a Markdown table (what the notebook displays: one column per counter fits the page)."""
+    from ..docs import table
+    if "kernels" not in result:
+        return f"no ncu numbers: {result.get('error')}"
+    metrics = result["metrics"]
+    rows = [[name] + [f"{vals[m]:,.0f}" if isinstance(vals.get(m), float) else vals.get(m) for m in metrics]
+            for name, vals in result["kernels"].items()]
+    return table(["kernel"] + [NCU_LABELS.get(m, m) for m in metrics], rows)
+
+
 # ---------------------------------------------------------------- the whole run ----------------
 def run(r) -> int:
     """``flashtutor bench 03``: the parts into ``r`` (a :class:`flashtutor.bench.runner.Run`)."""
