@@ -61,10 +61,20 @@ def wrap(text: str, width: int = WIDTH) -> str:
     return "\n".join(out)
 
 
+_SHAPE = re.compile(r"\bB\d+ H\d+ S\d+ D\d+\b")
+NBSP = "\u00a0"
+
+
+def keep_shapes(text: str) -> str:
+    """``text`` with the spaces inside each problem shape ("B1 H16 S1024 D64") made non-breaking: a table's
+    narrow column then breaks between shapes and words, never inside a shape (four lines a shape, otherwise)."""
+    return _SHAPE.sub(lambda m: m.group(0).replace(" ", NBSP), text)
+
+
 def table(header, rows) -> str:
     """A Markdown table: ``header`` a list of column titles, ``rows`` lists of cells (anything ``str`` takes;
-    ``None`` shows as "—"). A ``|`` inside a cell is escaped, so it stays one cell."""
-    cell = lambda x: "—" if x is None else str(x).replace("|", "\\|").replace("\n", " ")     # noqa: E731
+    ``None`` shows as "—"). A ``|`` inside a cell is escaped, so it stays one cell; a shape stays on one line."""
+    cell = lambda x: "—" if x is None else keep_shapes(str(x).replace("|", "\\|").replace("\n", " "))  # noqa: E731
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
     return "\n".join(lines)

@@ -51,11 +51,11 @@ def test_long_printed_lines_wrap_to_the_column_and_keep_their_list_shape():
 
 
 def test_table_is_markdown_with_one_cell_per_value():
-    md = docs.table(["shape", "µs | GPU"], [["B1 H16", 14.5], ["a|b", None]])
+    md = docs.table(["shape", "µs | GPU"], [["B1 H16 S1024 D64 causal", 14.5], ["a|b", None]])
     lines = md.splitlines()
     assert lines[0] == r"| shape | µs \| GPU |"
     assert lines[1] == "|---|---|"
-    assert lines[2] == "| B1 H16 | 14.5 |"
+    assert lines[2] == "| B1\u00a0H16\u00a0S1024\u00a0D64 causal | 14.5 |"     # a shape never breaks inside
     assert lines[3] == r"| a\|b | — |"              # an escaped pipe stays inside its cell; None shows as a dash
     # every row has as many unescaped separators as the header
     count = lambda s: len(re.findall(r"(?<!\\)\|", s))    # noqa: E731
