@@ -71,6 +71,8 @@ VARIANTS = {
     "d64 Bc128 grid":        (dict(schedule={(64, False): "grid"}), [(64, False)]),
     "d64 Bc176":             (dict(tiles={(64, False): 176}), [(64, False)]),
     "d64 Bc192":             (dict(tiles={(64, False): 192}), [(64, False)]),
+    "d64 Bc64":              (dict(tiles={(64, False): 64}), [(64, False)]),
+    "d64 2 slots":           (dict(max_stages=2), [(64, False)]),
     "exp2 1/4 on FMA":       (dict(exp2_fma_every=4), [(64, False), (64, True), (128, False)]),
     "exp2 1/3 on FMA":       (dict(exp2_fma_every=3), [(64, False), (64, True)]),
     "d64 Bc176 exp2 1/4 FMA": (dict(tiles={(64, False): 176}, exp2_fma_every=4), [(64, False)]),
@@ -354,9 +356,7 @@ def work_sweep(names: list[str], rounds: int = 5):
         if not _check_cases(attention, cases, label=name):
             _emit(kind="variant_done", variant=name, error="context lost")
             return
-        for shape in TIME_SHAPES:
-            if shape[2] < 4096:
-                continue
+        for shape in TIME_SHAPES:                          # the long shapes and the seed shape (graph-replayed)
             for causal in (False, True):
                 if (shape[3], causal) not in pairs:
                     continue
