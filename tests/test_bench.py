@@ -250,6 +250,18 @@ def test_ch07_latest_keeps_the_newest_run_per_gpu_and_kind():
                                                        "H200-grade-2026-11-26"]
 
 
+def test_ch07_stored_leaves_out_a_file_without_step_timings(tmp_path):
+    from flashtutor.bench import ch07
+    env = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-26T17:00:00+00:00"}
+    rec = {"kind": "time", "problem": "B1 H16 S1024 D64", "ms": 0.016, "sdpa_ms": 0.016}
+    (tmp_path / "ch07-h100-2026-11-26.json").write_text(json.dumps({"environment": env,
+                                                                    "steps": {"7c": {"records": [rec]}}}))
+    (tmp_path / "ch07-sweep-h100-2026-11-26.json").write_text(json.dumps({"environment": env, "sweeps": []}))
+    runs = ch07.stored(tmp_path)
+    assert [r["file"] for r in runs] == ["results/ch07-h100-2026-11-26.json"]
+    assert runs[0]["rows"][0]["step"] == "7c"
+
+
 def test_ch03_ncu_counters_as_a_markdown_table():
     from flashtutor.bench import ch03
     ld, st = list(ch03.NCU_LABELS)[:2]

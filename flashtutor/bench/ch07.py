@@ -93,7 +93,8 @@ def _read_bench07(path: Path) -> dict:
 
 
 def stored(results_dir: Path | None = None) -> list[dict]:
-    """Every chapter-7 results file, oldest name first: {file, gpu, date, protocol, kind, rows}."""
+    """Every chapter-7 results file that holds step timings, oldest name first: {file, gpu, date, protocol,
+    kind, rows} (a file of ch07_gpu.py's variant sweeps, say, has none and is left out)."""
     results_dir = Path(results_dir or ROOT / "results")
     readers = (("ch07-*.json", _read_ch07), ("grade07-*.json", _read_grade), ("bench07-*.json", _read_bench07))
     runs = []
@@ -101,7 +102,8 @@ def stored(results_dir: Path | None = None) -> list[dict]:
         for path in sorted(results_dir.glob(pattern), key=lambda f: f.stem):   # "-26" before "-26-dynamic"
             run = read(path)
             run["file"] = f"results/{path.name}"
-            runs.append(run)
+            if run["rows"]:
+                runs.append(run)
     return runs
 
 
