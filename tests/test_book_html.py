@@ -14,8 +14,9 @@ must flag, so that none of them can pass by finding nothing.
 * One printout, one block: consecutive prints of a cell to the same stream are not shown as separate boxes.
 * Wide output: the theme (pydata-sphinx-theme, sphinx-book-theme, myst-nb) gives `pre` `overflow: auto` and
   myst-nb's `div.cell_output .output` `overflow-x: auto`, so an output line wider than the content column
-  (about 76 characters of monospace in a 1280-pixel window, measured in Chromium) scrolls inside its block
-  instead of being cut off. Because it scrolls, no line-length limit is needed; what is tested is that it
+  (about 103 characters of the 12-px monospace book/_static/flashtutor.css sets, in a 1280-pixel window,
+  measured in Chromium; cells tagged wrap-output wrap instead) scrolls inside its block instead of being
+  cut off. Because it scrolls, no line-length limit is needed; what is tested is that it
   scrolls: for every output `<pre>` and every table, the stylesheets the page loads are cascaded onto the
   element and its ancestors, and a box that scrolls sideways (overflow-x auto or scroll) must come before any
   box that clips (hidden or clip). A theme update or a custom rule that clipped output would fail here.
