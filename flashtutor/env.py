@@ -66,7 +66,12 @@ def format_env(d: dict, execution: str = "", width: int | None = None) -> str:
             parts.append(f"{label} {_cudnn(d[key]) if key == 'cudnn' else d[key]}")
     if _present(d.get("date")):
         parts.append(str(d["date"]))
-    if width is None:
+    return join_items(parts, width)
+
+
+def join_items(parts: list[str], width: int | None = None) -> str:
+    """``parts`` joined with " · "; with ``width``, a new line starts before an item that would pass it."""
+    if width is None or not parts:
         return " · ".join(parts)
     lines = [parts[0]]
     for part in parts[1:]:

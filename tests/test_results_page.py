@@ -62,7 +62,7 @@ def _ladder_row(page: str, gpu: str, key: str) -> list[str]:
     rows = [r for r in _rows(_section(_plain(page), f"### {GPUS[gpu]}")) if re.match(rf"\{{doc\}}`{key} ", r[0])]
     ratios, times = rows          # the ratios-and-rule table's row, then the seed shape's times
     assert len(ratios) == 5 and len(times) == 5, rows
-    rule, passes = ratios[4].split(" — ", 1)
+    rule, _, passes = ratios[4].partition(" — ")       # a chapter without a speed rule has no outcome
     return [ratios[0], times[1], times[2], ratios[1], times[3], ratios[2], ratios[3], times[4], rule, passes]
 
 
