@@ -345,3 +345,25 @@ def test_built_pages_read_cleanly(built_book):
         problems += [f"{name}: wide output cut off: {w}" for w in wide_output_cut_off(soup, cascade)]
     assert outputs_seen > 100, f"only {outputs_seen} output blocks: are the stored outputs in the book?"
     assert not problems, "\n".join(problems)
+
+
+def test_short_table_cells_keep_their_line(built_book):
+    """book/_ext/table_cells.py marks a body cell of at most SHORT characters (a time with its unit, a spread)
+    ft-nowrap, and the book's stylesheet keeps such a cell on one line; longer cells may wrap."""
+    import importlib.util
+    from flashtutor.chapters import ROOT
+    spec = importlib.util.spec_from_file_location("table_cells", ROOT / "book/_ext/table_cells.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    assert built_book.returncode == 0
+    seen = {True: 0, False: 0}
+    for page in _pages(built_book.html):
+        for td in BeautifulSoup(page.read_text(errors="replace"), "html.parser").select("table tbody td"):
+            if td.select_one("span.math"):          # a formula's source is longer in HTML (its \( \) delimiters)
+                continue
+            short = len(td.get_text().strip()) <= ext.SHORT
+            assert ("ft-nowrap" in td.get("class", [])) == short, (page.name, td.get_text()[:60])
+            seen[short] += 1
+    assert seen[True] > 100 and seen[False] > 100, seen
+    css = (ROOT / "book/_static/flashtutor.css").read_text()
+    assert re.search(r"td\.ft-nowrap\s*\{\s*white-space:\s*nowrap", css)
