@@ -272,3 +272,19 @@ def test_ch03_ncu_counters_as_a_markdown_table():
     assert md[2] == "| wmma_attention_d64 | 18,321,840 | 3,506,176 |"
     assert md[3] == "| wmma_padded_d64 | 27,659 | — |"                   # a counter ncu did not give: a dash
     assert ch03.ncu_markdown({"error": "ncu not found"}) == "no ncu numbers: ncu not found"
+
+
+def test_ch07_versus_sdpa_is_a_table_per_run_without_a_run_column(tmp_path):
+    from flashtutor.bench import ch07
+    env = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-26T17:00:00+00:00"}
+    rec = {"kind": "time", "problem": "B4 H32 S4096 D128 causal", "ms": 1.0, "sdpa_ms": 1.1}
+    for day in ("23", "26"):
+        (tmp_path / f"ch07-h100-2026-11-{day}.json").write_text(json.dumps(
+            {"environment": {**env, "date": f"2026-11-{day}"}, "steps": {"7c": {"records": [rec]}}}))
+    md = ch07.versus_sdpa_table(ch07.stored(tmp_path))
+    heads = [line for line in md.splitlines() if line.startswith("**")]
+    assert heads == ["**H100, 2026-11-23** (ch07, `results/ch07-h100-2026-11-23.json`):",
+                     "**H100, 2026-11-26** (ch07, `results/ch07-h100-2026-11-26.json`):"]
+    rows = [line for line in md.splitlines() if line.startswith("| B4")]
+    assert len(rows) == 2 and all(r.count(" | ") == 7 for r in rows)       # 8 columns, no run column
+    assert rows[0].startswith("| B4\u00a0H32\u00a0S4096\u00a0D128 causal | 7c | 1.00 ms")

@@ -132,26 +132,30 @@ def by_problem(rows: list[dict]) -> dict[str, dict[str, dict]]:
 
 
 def versus_sdpa_table(runs: list[dict]) -> str:
-    """Markdown: one line per (shape, step) of every run: time, TFLOP/s, % of the GPU's datasheet fp16
-    tensor-core peak (the results files hold no measured one, except bench07's), time / SDPA's."""
+    """Markdown: a table per run, headed by the run (GPU, date, kind, file), one line per (shape, step): time,
+    TFLOP/s, % of the GPU's datasheet fp16 tensor-core peak (the results files hold no measured one, except
+    bench07's), time / SDPA's. (A run column repeated on every line made each row two or three lines tall.)"""
+    from ..docs import keep_shapes
     from ..roofline import datasheet_peaks
-    lines = ["| run | shape | step | time | TFLOP/s | % of peak | SDPA | SDPA's % of peak | time / SDPA |",
-             "|" + "---|" * 9]
+    out = []
     for run in runs:
-        tag = f"{_gpu_short(run['gpu'])} {run['date']} ({run['kind']})".replace(" ", "\u00a0")   # one line a row
         pk = (run.get("peaks") or {}).get("tensor_tflops")
         if pk is None:
             ds = datasheet_peaks(run["gpu"])
             pk = ds.tensor_tflops if ds else None
+        out += [f"**{_gpu_short(run['gpu'])}, {run['date']}** ({run['kind']}, `{run['file']}`):", "",
+                "| shape | step | time | TFLOP/s | % of peak | SDPA | SDPA's % of peak | time / SDPA |",
+                "|" + "---|" * 8]
         for prob, steps in by_problem(run["rows"]).items():
             for step in sorted(steps):
                 r = steps[step]
                 pct = f"{100 * r['tflops'] / pk:.0f}%" if pk else "—"
                 sd_pct = f"{100 * r['sdpa_tflops'] / pk:.0f}%" if pk else "—"
                 basis = " (graph)" if r.get("basis") == "graph-replayed" else ""
-                lines.append(f"| {tag} | {prob} | {step} | {_t(r['us'])}{basis} | {r['tflops']:.0f} | {pct} | "
-                             f"{_t(r['sdpa_us'])} | {sd_pct} | {r['ratio']:.2f}× |")
-    return "\n".join(lines)
+                out.append(f"| {keep_shapes(prob)} | {step} | {_t(r['us'])}{basis} | {r['tflops']:.0f} | {pct} | "
+                           f"{_t(r['sdpa_us'])} | {sd_pct} | {r['ratio']:.2f}× |")
+        out.append("")
+    return "\n".join(out).rstrip("\n")
 
 
 def gains(rows: list[dict]) -> dict[str, dict[str, float]]:
