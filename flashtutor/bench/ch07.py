@@ -415,6 +415,7 @@ def measure(probs, peaks, *, steps: dict | None = None, reps: int = 30, max_seco
 def table(rows: list[dict], peaks) -> str:
     """Markdown of :func:`measure`'s rows: time, TFLOP/s, % of the measured matmul peak, time / SDPA; the
     event-timed ratio beside it where the time is graph-replayed."""
+    from ..docs import keep_shapes
     head = (f"| shape | step | time | TFLOP/s | % of matmul peak ({peaks.tensor_tflops:.0f}) | SDPA | "
             "time / SDPA | event-timed / SDPA |")
     lines = [head, "|" + "---|" * 8]
@@ -424,18 +425,19 @@ def table(rows: list[dict], peaks) -> str:
             continue
         graph = r.get("basis") == "graph-replayed"
         ev = f"{r['event_ratio']:.2f}×" if graph else "(the same)"
-        lines.append(f"| {r['problem']} | {r['step']} | {_t(r['us'])}{' (graph)' if graph else ''} | {r['tflops']:.0f} | "
+        lines.append(f"| {keep_shapes(r['problem'])} | {r['step']} | {_t(r['us'])}{' (graph)' if graph else ''} | {r['tflops']:.0f} | "
                      f"{r['pct_peak']:.0f}% | {_t(r['sdpa_us'])} | {r['ratio']:.2f}× | {ev} |")
     return "\n".join(lines)
 
 
 def gains_table(rows: list[dict]) -> str:
     """Markdown: per shape, each step's speed-up over the one before (one process) and the last one vs SDPA."""
+    from ..docs import keep_shapes
     g_all = gains(rows)
     cols = [c for c in ("7a→7b", "7b→7c", "7a→7c", "7c / SDPA") if any(c in g for g in g_all.values())]
     lines = ["| shape | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
     for prob, g in g_all.items():
-        lines.append(f"| {prob} | " + " | ".join(f"{g[c]:.2f}×" if c in g else "—" for c in cols) + " |")
+        lines.append(f"| {keep_shapes(prob)} | " + " | ".join(f"{g[c]:.2f}×" if c in g else "—" for c in cols) + " |")
     return "\n".join(lines)
 
 

@@ -131,6 +131,7 @@ def check_steps(fns: dict, probs, make_inputs: Callable, *, log=print, free_memo
 
 def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")) -> str:
     """A markdown table: one line per (shape, step). ``vs SDPA`` is the step's time / SDPA's time."""
+    from ..docs import keep_shapes
     head = ["shape", "step"] + list(columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -143,7 +144,7 @@ def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% flo
                    "bytes": _bytes(r.get("bytes")), "TB/s": f"{r['achieved_tbs']:.2f}" if r.get("achieved_tbs") else "—",
                    "graph": _us(r["graph_us"]) if r.get("graph_us") else "—"}
             cells = [val[c] for c in columns]
-        lines.append("| " + " | ".join([r["problem"], r["step"]] + cells) + " |")
+        lines.append("| " + " | ".join([keep_shapes(r["problem"]), r["step"]] + cells) + " |")
     return "\n".join(lines)
 
 
