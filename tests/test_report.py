@@ -227,3 +227,19 @@ def test_an_output_left_unwritten_was_still_compared():
                      for i, p in enumerate(CPU_SET)]
     raised.describe(TRITON)
     assert not any(m.startswith("correctness") for m in raised.method)
+
+
+def test_page_table_keeps_a_time_and_a_shape_on_one_line():
+    """The notebook's HTML report: each timing cell is one short line (median ± half the p10-p90 spread),
+    never a range that wraps or a number in scientific notation; the shape is not broken either."""
+    import re
+    r = report()
+    r.timings[0].times = {"learner": Measurement(18236.73, 18219.17, 18242.53, 5, host_us=40.0, batch=(1, 2)),
+                          "sdpa": m(17.0)}
+    h = r._repr_html_()
+    timing = h[h.index("<th>yours µs</th>"):]
+    row = re.search(r"<tr><td style='white-space:nowrap'>B1 H16 S1024 D64</td>(.*?)</tr>", timing).group(1)
+    cells = re.findall(r"<td style='white-space:nowrap'>(.*?)</td>", row)
+    assert cells[0] == "18237 ±0.1%" and cells[1] == "17.00 ±2.0%", cells
+    table = timing[:timing.index("</table>")]
+    assert "e+" not in table and "[" not in row

@@ -363,21 +363,25 @@ class Report:
              f"<code>{html.escape(self.shown_path)}</code></div>"]
         if self.env or self.execution:
             h.append(f"<div style='color:#666'>{html.escape(self.env_line())}</div>")
+        nowrap = "<td style='white-space:nowrap'>"           # a shape or a time: one line (a page's column is narrow)
         if self.checks:
             h.append("<table><tr><th>problem</th><th>cases</th><th>error (tightest row)</th><th>allowed</th><th>status</th></tr>")
             for name, r in self._check_rows().items():
                 ok = r["ok"] == r["cases"]
-                h.append(f"<tr><td>{html.escape(name)}</td><td>{r['ok']}/{r['cases']}</td><td>{_fmt_err(r['err'])}</td>"
+                h.append(f"<tr>{nowrap}{html.escape(name)}</td><td>{r['ok']}/{r['cases']}</td><td>{_fmt_err(r['err'])}</td>"
                          f"<td>{_fmt_err(r['bound'])}</td><td style='color:{'#1a7f37' if ok else '#cf222e'}'>"
                          f"{'ok' if ok else html.escape(r['cause'])}</td></tr>")
             h.append("</table>")
         rows = [x for x in self.timings if x.times]
         if rows:
+            # The page's table: a median with its p10-p90 spread as ±% (the terminal's and the JSON's keep the
+            # range in µs); as ranges, seven columns of a chapter's report ran 2-3 lines a row at the book's width.
             cols = self._timing_columns()
             h.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c, _ in cols) + "</tr>")
             for x in rows:
-                h.append("<tr>" + "".join(f"<td>{html.escape(f(x, _fmt_stats))}</td>" for _, f in cols) + "</tr>")
-            h.append("</table>")
+                h.append("<tr>" + "".join(f"{nowrap}{html.escape(f(x, _fmt_page))}</td>" for _, f in cols) + "</tr>")
+            h.append("</table><div style='color:#666'>µs: median GPU time per call ± half its 10th-90th percentile "
+                     "spread</div>")
             chart = self.chart_png()
             if chart:
                 h.append(f"<img src='data:image/png;base64,{chart}' style='max-width:100%'>")
@@ -462,6 +466,14 @@ def _fmt_err(x) -> str:
 
 def _fmt_stats(m) -> str:
     return f"{m.median_us:.2f} [{m.p10_us:.2f}–{m.p90_us:.2f}]"
+
+
+def _fmt_page(m) -> str:
+    """A time for the notebook's table: the median (two decimals below 100 µs, one below 10 ms, none above)
+    and half its p10-p90 spread in percent."""
+    v = m.median_us
+    half = 50 * (m.p90_us - m.p10_us) / v if v else math.nan
+    return f"{v:.2f} ±{half:.1f}%" if v < 100 else f"{v:.1f} ±{half:.1f}%" if v < 10000 else f"{v:.0f} ±{half:.1f}%"
 
 
 def _fmt_short(m) -> str:
