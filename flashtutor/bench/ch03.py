@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..chapters import ROOT, get_chapter, step
+from ..docs import table as markdown_table
 
 CH = get_chapter("03")
 WMMA_STEPS = {s.label: s.module for s in CH.steps}
@@ -281,13 +282,12 @@ def ncu_table(result: dict) -> str:
 
 def ncu_markdown(result: dict) -> str:
     """:func:`ncu_table` as a Markdown table (what the notebook displays: one column per counter fits the page)."""
-    from ..docs import table
     if "kernels" not in result:
         return f"no ncu numbers: {result.get('error')}"
     metrics = result["metrics"]
     rows = [[name] + [f"{vals[m]:,.0f}" if isinstance(vals.get(m), float) else vals.get(m) for m in metrics]
             for name, vals in result["kernels"].items()]
-    return table(["kernel"] + [NCU_LABELS.get(m, m) for m in metrics], rows)
+    return markdown_table(["kernel"] + [NCU_LABELS.get(m, m) for m in metrics], rows)
 
 
 # ---------------------------------------------------------------- the whole run ----------------

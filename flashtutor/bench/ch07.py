@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from ..chapters import ROOT, get_chapter
+from ..docs import keep_shapes
 
 CH = get_chapter("07")
 STEPS = {s.label: s.module for s in CH.steps}     # step → module (its attention(q, k, v, *, causal))
@@ -135,7 +136,6 @@ def versus_sdpa_table(runs: list[dict]) -> str:
     """Markdown: a table per run, headed by the run (GPU, date, kind, file), one line per (shape, step): time,
     TFLOP/s, % of the GPU's datasheet fp16 tensor-core peak (the results files hold no measured one, except
     bench07's), time / SDPA's. (A run column repeated on every line made each row two or three lines tall.)"""
-    from ..docs import keep_shapes
     from ..roofline import datasheet_peaks
     out = []
     for run in runs:
@@ -415,7 +415,6 @@ def measure(probs, peaks, *, steps: dict | None = None, reps: int = 30, max_seco
 def table(rows: list[dict], peaks) -> str:
     """Markdown of :func:`measure`'s rows: time, TFLOP/s, % of the measured matmul peak, time / SDPA; the
     event-timed ratio beside it where the time is graph-replayed."""
-    from ..docs import keep_shapes
     head = (f"| shape | step | time | TFLOP/s | % of matmul peak ({peaks.tensor_tflops:.0f}) | SDPA | "
             "time / SDPA | event-timed / SDPA |")
     lines = [head, "|" + "---|" * 8]
@@ -432,7 +431,6 @@ def table(rows: list[dict], peaks) -> str:
 
 def gains_table(rows: list[dict]) -> str:
     """Markdown: per shape, each step's speed-up over the one before (one process) and the last one vs SDPA."""
-    from ..docs import keep_shapes
     g_all = gains(rows)
     cols = [c for c in ("7a→7b", "7b→7c", "7a→7c", "7c / SDPA") if any(c in g for g in g_all.values())]
     lines = ["| shape | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]

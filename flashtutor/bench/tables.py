@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from ..docs import keep_shapes
 from ..problems import Problem, shape_set
 
 
@@ -131,7 +132,6 @@ def check_steps(fns: dict, probs, make_inputs: Callable, *, log=print, free_memo
 
 def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")) -> str:
     """A markdown table: one line per (shape, step). ``vs SDPA`` is the step's time / SDPA's time."""
-    from ..docs import keep_shapes
     head = ["shape", "step"] + list(columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
