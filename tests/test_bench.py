@@ -224,6 +224,31 @@ def test_chapter_5_run_writes_what_its_readers_read(tmp_path, monkeypatch):
     assert "0.40× its speed" in finding.measured and finding.sources == ("bench05-h100-2026-11-25.json",)
 
 
+def test_ch05_seed_claims_read_graph_replayed_times_never_mixed_with_event_timed():
+    from flashtutor.bench import ch05
+    seed = ch05.SEED.name
+
+    def rows(graph):
+        out = [_row(seed, "3-kernel (reference)", 150.0), _row(seed, "SDPA", 17.0),
+               _row(seed, "SDPA FlashAttention-2 backend", 30.0)]
+        for r, g in zip(out, graph):
+            if g:
+                r["graph_us"] = g
+        return out
+
+    claims = {c["claim"]: c for c in ch05.seed_claims(rows([85.0, 16.0, 25.0]))}
+    pct = claims["98% of SDPA"]
+    assert pct["basis"] == "graph-replayed" and abs(pct["value"] - 100 * 16 / 85) < 1e-9 and not pct["holds"]
+    assert abs(claims["1.65 µs/head"]["value"] - 85 / 16) < 1e-9
+    assert abs(claims["1.51× faster than FlashAttention-3"]["value"] - 25 / 85) < 1e-9
+    assert "3-kernel 150.0 µs" in claims["(context) event-timed, one call at a time"]["measured"]
+    mixed = {c["claim"]: c for c in ch05.seed_claims(rows([85.0, None, 25.0]))}   # SDPA not captured
+    assert mixed["98% of SDPA"]["basis"] == "event-timed" and abs(mixed["98% of SDPA"]["value"] - 100 * 17 / 150) < 1e-9
+    assert "(context) event-timed, one call at a time" not in mixed
+    fa = {c["claim"]: c for c in ch05.seed_claims(rows([85.0, 16.0, None]))}["1.51× faster than FlashAttention-3"]
+    assert fa["basis"] == "event-timed" and abs(fa["value"] - 30 / 150) < 1e-9
+
+
 def test_chapter_7_run_writes_what_its_readers_read(tmp_path, monkeypatch):
     from flashtutor import roofline
     from flashtutor.bench import ch07

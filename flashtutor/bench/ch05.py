@@ -22,6 +22,7 @@ import math
 from ..chapters import get_chapter
 from ..loaders.cutlass import GemmConfig
 from ..problems import Problem, shape_set
+from .tables import row_time
 
 CH = get_chapter("05")
 SEED = shape_set("seed")[0]                  # B1 H16 S1024 D64
@@ -271,30 +272,42 @@ def fa3_step():
     return attention
 
 
-def seed_claims(rows: list[dict], graph: dict | None = None, hot: dict | None = None) -> list[dict]:
-    """The seed report's three claims against the measured seed-shape rows (non-causal)."""
+def seed_claims(rows: list[dict], hot: dict | None = None) -> list[dict]:
+    """The seed report's three claims against the measured seed-shape rows (non-causal), on each row's
+    graph-replayed time where the table has it (``row_time``); the event-timed medians and warm-cache
+    times (``hot``) follow as context."""
     by = {r["step"]: r for r in rows if r["problem"] == SEED.name and "median_us" in r}
     out = []
     ref, sdpa = by.get("3-kernel (reference)"), by.get("SDPA")
     if ref and sdpa:
-        pct = 100.0 * sdpa["median_us"] / ref["median_us"]
-        out.append({"claim": "98% of SDPA", "measured": f"{pct:.0f}% of SDPA's speed (SDPA {sdpa['median_us']:.1f} µs, "
-                    f"3-kernel {ref['median_us']:.1f} µs; time ratio {ref['median_us'] / sdpa['median_us']:.2f}×)",
-                    "holds": pct >= 95.0, "value": pct})
-        per_head = ref["median_us"] / (SEED.B * SEED.H)
-        out.append({"claim": "1.65 µs/head", "measured": f"{per_head:.2f} µs per head ({ref['median_us']:.1f} µs / "
-                    f"{SEED.B * SEED.H} heads)", "holds": per_head <= 1.65 * 1.05, "value": per_head})
+        (t_ref, basis), (t_sdpa, sdpa_basis) = row_time(ref), row_time(sdpa)
+        if sdpa_basis != basis:                  # never divide a graph-replayed time by an event-timed one
+            (t_ref, basis), (t_sdpa, _) = (ref["median_us"], "event-timed"), (sdpa["median_us"], "event-timed")
+        pct = 100.0 * t_sdpa / t_ref
+        out.append({"claim": "98% of SDPA", "measured": f"{pct:.0f}% of SDPA's speed (SDPA {t_sdpa:.1f} µs, "
+                    f"3-kernel {t_ref:.1f} µs, {basis}; time ratio {t_ref / t_sdpa:.2f}×)",
+                    "holds": pct >= 95.0, "value": pct, "basis": basis})
+        per_head = t_ref / (SEED.B * SEED.H)
+        out.append({"claim": "1.65 µs/head", "measured": f"{per_head:.2f} µs per head ({t_ref:.1f} µs / "
+                    f"{SEED.B * SEED.H} heads, {basis})", "holds": per_head <= 1.65 * 1.05, "value": per_head,
+                    "basis": basis})
         fa = by.get("FlashAttention-3") or by.get("SDPA FlashAttention-2 backend")
         if fa:
-            x = fa["median_us"] / ref["median_us"]
+            t_fa, fa_basis = row_time(fa)
+            if fa_basis != basis:
+                t_fa, t_r, fa_basis = fa["median_us"], ref["median_us"], "event-timed"
+            else:
+                t_r = t_ref
+            x = t_fa / t_r
             which = "FlashAttention-3" if "FlashAttention-3" in by else "FlashAttention-2 (SDPA backend; FA3 is not installed)"
             out.append({"claim": "1.51× faster than FlashAttention-3",
-                        "measured": f"{x:.2f}× the speed of {which} ({fa['median_us']:.1f} µs)",
-                        "holds": x >= 1.51 * 0.95, "value": x, "against": which})
-    if graph:
-        out.append({"claim": "(context) launch overhead removed",
-                    "measured": ", ".join(f"{k} {v:.1f} µs" for k, v in graph.items()) + " replayed from a CUDA graph, L2 flushed",
-                    "holds": None})
+                        "measured": f"{x:.2f}× the speed of {which} ({t_fa:.1f} µs against {t_r:.1f}, {fa_basis})",
+                        "holds": x >= 1.51 * 0.95, "value": x, "against": which, "basis": fa_basis})
+        if basis == "graph-replayed":
+            out.append({"claim": "(context) event-timed, one call at a time",
+                        "measured": f"3-kernel {ref['median_us']:.1f} µs, SDPA {sdpa['median_us']:.1f} µs, L2 flushed: "
+                                    "the host's launch work included where it outlasts the flush",
+                        "holds": None})
     if hot:
         out.append({"claim": "(context) L2 not flushed",
                     "measured": ", ".join(f"{k} {v:.1f} µs" for k, v in hot.items()) + " with warm caches (back-to-back calls)",
@@ -513,23 +526,21 @@ def run(r) -> int:
 
         def skip(name, p):   # chapter 4's autotuner compiles per shape bucket: keep it to the seed shapes
             return "seed shapes only" if name == "ch4 Triton (Hopper)" and p.S != 1024 else None
-        rows = bench.steps_table(steps, probs, reps=30, progress=False, skip=skip, peaks=peaks)
-        log(bench.markdown(rows, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")))
+        rows = bench.steps_table(steps, probs, reps=30, progress=False, skip=skip, peaks=peaks, graph=True)
+        log(bench.markdown(rows, columns=("median", "spread", "graph", "vs SDPA", "% floor", "bytes", "TB/s")))
         return rows
     r.part("versus", versus, store="versus")
 
     def extras():
-        from ..timing import compare, graph_times, pinned_sdpa
+        from ..timing import compare, pinned_sdpa
         q, k, v = SEED.inputs(0, "cuda")
         _, sdpa = pinned_sdpa(q, k, v)
         fns = {"3-kernel": lambda: ref.attention(q, k, v), "SDPA": sdpa}
-        graph = {n: graph_times(f).median_us for n, f in fns.items()}
-        hot = {n: s.median_us for n, s in compare(fns, reps=50, flush_l2=False).items()}
-        return {"graph": graph, "hot": hot}
+        return {"hot": {n: s.median_us for n, s in compare(fns, reps=50, flush_l2=False).items()}}
     ex = r.part("extras", extras) or {}
     results["seed_extras"] = ex
     if results.get("versus"):
-        claims = seed_claims(results["versus"], ex.get("graph"), ex.get("hot"))
+        claims = seed_claims(results["versus"], ex.get("hot"))
         results["seed_claims"] = claims
         log("\nThe seed report's claims at B=1 H=16 S=1024 D=64:")
         for c in claims:

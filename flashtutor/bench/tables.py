@@ -26,6 +26,17 @@ def problems(*sets: str, causal: tuple[bool, ...] = (False,)) -> list[Problem]:
     return [p.replace(causal=c) for s in sets for p in shape_set(s) for c in causal]
 
 
+def row_time(row: dict) -> tuple[float, str]:
+    """A steps-table row's time per call and its basis: graph-replayed when the row has it, else event-timed.
+
+    At the seed shape a call lasts tens of microseconds and the event-timed median also holds whatever host
+    work outlasts the L2 flush before it (chapter 5's three-kernel pipeline, three launches, on the H100's slow
+    host); the graph-replayed time is the GPU's alone."""
+    if row.get("graph_us"):
+        return row["graph_us"], "graph-replayed"
+    return row["median_us"], "event-timed"
+
+
 def _resolve(step) -> tuple[Callable, object]:
     if isinstance(step, str):
         mod = importlib.import_module(step)
