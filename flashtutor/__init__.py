@@ -6,6 +6,7 @@ not pay for torch before it needs it: the grader starts its worker process first
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,8 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
         globals()[name] = value
         return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f".{name}", __name__)     # a submodule, e.g. ft.api, as after `import`
     raise AttributeError(f"module 'flashtutor' has no attribute {name!r}")
 
 

@@ -148,3 +148,15 @@ def test_doctor_and_the_grader_agree_on_a_cpu(key):
     emulated, _ = emulation(ch, "cpu", Submission.at(ch.solution_path()))
     grader = "emulated" if emulated else {"triton": "interpreted", "torch": "cpu"}.get(ch.kind, "compiled only")
     assert capability(ch, dict(machine(), gpu=False, cc=None)).execution == grader
+
+
+def test_the_package_reaches_its_submodules_as_attributes_without_importing_them_first():
+    # chapter 5's solution calls ft.api.SUPPORTED_HEAD_DIMS after a bare `import flashtutor as ft`; run alone
+    # (flashtutor bench 05 on the H100, 2026-11-26) that raised AttributeError where the notebook had imported api
+    code = ("import flashtutor as ft, sys\n"
+            "assert 'flashtutor.api' not in sys.modules\n"
+            "print(ft.api.SUPPORTED_HEAD_DIMS)\n"
+            "try:\n    ft.no_such_module\nexcept AttributeError as e:\n    print('AttributeError', e)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert "64" in run.stdout and "AttributeError module 'flashtutor' has no attribute 'no_such_module'" in run.stdout
