@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import textwrap
 from pathlib import Path
 
 from .chapters import CHAPTERS, ROOT, Chapter, get_chapter
@@ -37,6 +38,18 @@ from .chapters import CHAPTERS, ROOT, Chapter, get_chapter
 _BEGIN = re.compile(r"^(\s*)(//|#)\s*BEGIN SOLUTION\b(.*)$")
 _END = re.compile(r"^\s*(//|#)\s*END SOLUTION\b")
 MANIFEST = ROOT / "chapters" / ".generated.json"
+
+
+TODO_WIDTH = 100     # a TODO hint wraps here: the solutions' one-line hints run to 470 characters
+
+
+def _todo(indent: str, comment: str, hint: str) -> list[str]:
+    """The TODO comment for ``hint``, wrapped at :data:`TODO_WIDTH` columns, continuation lines aligned
+    under its first word (a learner's editor and the book's listings show it without scrolling)."""
+    first, rest = f"{indent}{comment} TODO: ", f"{indent}{comment}       "
+    lines = textwrap.wrap(hint + ".", width=TODO_WIDTH, initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False)
+    return [line + "\n" for line in lines]
 
 
 def stub(text: str, filename: str = "") -> str:
@@ -51,7 +64,7 @@ def stub(text: str, filename: str = "") -> str:
             hint = m.group(3).strip(" :-—")
             jit = hint.startswith("[jit]")
             hint = hint.removeprefix("[jit]").strip(" :-—")
-            out.append(f"{indent}{comment} TODO: {hint or 'your code here'}.\n")
+            out.extend(_todo(indent, comment, hint or "your code here"))
             if comment == "#":
                 out.append(f"{indent}pass\n" if jit else
                            f'{indent}raise NotImplementedError("{Path(filename).name}: TODO")\n')

@@ -1,4 +1,6 @@
 """Exercises are generated from the solutions, stay in sync, and never overwrite a learner's work."""
+import re
+
 import pytest
 
 from flashtutor import exercises
@@ -31,6 +33,15 @@ def test_stub_replaces_marked_regions_only():
     compile(out, "f.py", "exec")
     jit = exercises.stub("def k():\n    x = 1\n    # BEGIN SOLUTION [jit]: the loop\n    x = 2\n    # END SOLUTION\n")
     assert jit == "def k():\n    x = 1\n    # TODO: the loop.\n    pass\n"
+
+
+def test_a_long_hint_wraps_at_100_columns_under_its_first_word():
+    hint = " ".join(f"step{i} with (a, b)" for i in range(40))          # 700 characters on one marker line
+    out = exercises.stub(f"        // BEGIN SOLUTION: {hint}\n        x();\n        // END SOLUTION\n")
+    lines = out.splitlines()
+    assert len(lines) > 5 and all(len(line) <= exercises.TODO_WIDTH for line in lines)
+    assert lines[0].startswith("        // TODO: step0 ") and all(re.match(r"        //       \S", l) for l in lines[1:])
+    assert " ".join(l.split("//", 1)[1].strip() for l in lines) == "TODO: " + hint + "."   # nothing lost or split
 
 
 @pytest.mark.parametrize("src", ["// BEGIN SOLUTION\nx\n", "x\n// END SOLUTION\n",

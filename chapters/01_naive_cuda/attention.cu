@@ -17,5 +17,6 @@ extern "C" __global__ void naive_attention(const __half* __restrict__ Q,   // [B
                                            float* __restrict__ scores,     // [B·H·S, S] scratch
                                            int rows,                       // B·H·S
                                            int S, int D, float scale, int causal) {
-    // TODO: the five steps of the notebook: row r and its head, scores and their max, exp and sum, o = Σ p·v / l.
+    // TODO: the five steps of the notebook: row r and its head, scores and their max, exp and sum,
+    //       o = Σ p·v / l.
 }

@@ -56,7 +56,8 @@ template <int D, int ROWS, int LD>
 __device__ __forceinline__ void load_tile(float* __restrict__ dst,          // [ROWS][LD] shared
                                           const __half* __restrict__ src,   // [S, D] global
                                           int row0, int S, float factor) {
-    // TODO: copy the tile with 16-byte loads (uint4 = 8 halves), one chunk per thread per step; zeros for rows ≥ S.
+    // TODO: copy the tile with 16-byte loads (uint4 = 8 halves), one chunk per thread per step;
+    //       zeros for rows ≥ S.
 }
 
 // s[r][j] = Σ_d Qs[4·ty + r][d] · Ks[tx + 16·j][d]: this thread's TM × TN patch of the Br × Bc score
@@ -94,7 +95,8 @@ __device__ __forceinline__ void score_tile(float (&s)[TM][Tile<D>::TN], const fl
 template <int D>
 __device__ __forceinline__ void mask_scores(float (&s)[TM][Tile<D>::TN], int k0, int q0, int S, int causal,
                                             int tx, int ty) {
-    // TODO: set s[r][j] to −∞ where key k0 + tx + 16·j is ≥ S, or (causal) after query q0 + 4·ty + r.
+    // TODO: set s[r][j] to −∞ where key k0 + tx + 16·j is ≥ S, or (causal) after query q0 + 4·ty +
+    //       r.
 }
 
 // acc[r][·] += Σ_key Ps[key][4·ty + r] · Vs[key][this thread's columns]: the P·V product of the tile.
@@ -167,7 +169,8 @@ __device__ __forceinline__ void flash_attention(const __half* __restrict__ Q,   
         score_tile<D>(s, Qs, Ks, tx, ty);
         mask_scores<D>(s, k0, q0, S, causal, tx, ty);
 
-        // TODO: the online-softmax update: row max over the 16 threads of a row, rescale l_i and acc, p = 2^(s − m) into Ps.
+        // TODO: the online-softmax update: row max over the 16 threads of a row, rescale l_i and
+        //       acc, p = 2^(s − m) into Ps.
         __syncthreads();                                  // Ps complete before anyone reads it
         pv_tile<D>(acc, Ps, Vs, tx, ty);
     }

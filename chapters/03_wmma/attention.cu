@@ -172,16 +172,25 @@ __device__ __forceinline__ void attention_block(const __half* __restrict__ Q,   
         load_tile<Bc, D, L::LDV>(Vs, V, k0, S);
         __syncthreads();                                   // the tiles are complete
 
-        // TODO: S_w = Q_w·K_jᵀ on the tensor cores: for each 16-key block n, a FragC over D/16 mma_sync of qf[kk] and K (as FragKt, at Ks + 16n·LDK + 16kk), stored to Sw + 16n (row-major, LDS); then __syncwarp().
+        // TODO: S_w = Q_w·K_jᵀ on the tensor cores: for each 16-key block n, a FragC over D/16
+        //       mma_sync of qf[kk] and K (as FragKt, at Ks + 16n·LDK + 16kk), stored to Sw + 16n
+        //       (row-major, LDS); then __syncwarp().
 
-        // TODO: the online softmax of row r (its columns 8k + 4h .. 8k + 4h + 3 of Sw, k = 0..7): mask keys ≥ S (and > row if causal) to -inf, new max m_i in log2 units (combine the lane pair with __shfl_xor_sync), alpha = fast_exp2(m_old - m_new), p = fast_exp2(score·scale_log2 - m_new) as fp16 into Pw (pack_half4), l_i = alpha·l_i + row sum; alpha_w[r] = alpha; __syncwarp().
+        // TODO: the online softmax of row r (its columns 8k + 4h .. 8k + 4h + 3 of Sw, k = 0..7):
+        //       mask keys ≥ S (and > row if causal) to -inf, new max m_i in log2 units (combine the
+        //       lane pair with __shfl_xor_sync), alpha = fast_exp2(m_old - m_new), p =
+        //       fast_exp2(score·scale_log2 - m_new) as fp16 into Pw (pack_half4), l_i = alpha·l_i +
+        //       row sum; alpha_w[r] = alpha; __syncwarp().
 
-        // TODO: acc.x[e] *= alpha_w[row_of[e]] for every accumulator tile, then acc[dn] += P (FragA at Pw + 16kk, LDP) · V_j (FragV at Vs + 16kk·LDV + 16dn, LDV) with mma_sync.
+        // TODO: acc.x[e] *= alpha_w[row_of[e]] for every accumulator tile, then acc[dn] += P (FragA
+        //       at Pw + 16kk, LDP) · V_j (FragV at Vs + 16kk·LDV + 16dn, LDV) with mma_sync.
     }
 
     __syncwarp();                                          // every lane is done reading alpha_w for the last
                                                            // tile: the epilogue may reuse it for 1/l_i
-    // TODO: O = acc / l_i: put 1/l_i in alpha_w[r], __syncwarp, scale acc like alpha, then for each 64 columns store 4 accumulator tiles to Sw (LDS), __syncwarp, store_row<D, L::LDS>(O, Sw, r, h, row, 64g, S), __syncwarp.
+    // TODO: O = acc / l_i: put 1/l_i in alpha_w[r], __syncwarp, scale acc like alpha, then for each
+    //       64 columns store 4 accumulator tiles to Sw (LDS), __syncwarp, store_row<D, L::LDS>(O,
+    //       Sw, r, h, row, 64g, S), __syncwarp.
 }
 
 // One entry point per head dim: D is a template parameter, so every loop over D is unrolled and

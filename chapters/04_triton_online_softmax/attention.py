@@ -78,7 +78,8 @@ def flash_attention_kernel(
     if CAUSAL:
         end = tl.minimum(S, (pid_m + 1) * BLOCK_M)
     for start_n in range(0, end, BLOCK_N):
-        # TODO: load a K and a V block (masked past S), scores = q·kᵀ·qk_scale, mask them to -inf (past S; causal: key > query), then the online-softmax update of m_i, l_i, acc.
+        # TODO: load a K and a V block (masked past S), scores = q·kᵀ·qk_scale, mask them to -inf
+        #       (past S; causal: key > query), then the online-softmax update of m_i, l_i, acc.
         pass
 
     acc = acc / l_i[:, None]                                   # O_i = acc_i / l_i

@@ -42,7 +42,8 @@ def gemm_configs(D: int) -> tuple[GemmConfig, GemmConfig]:
     QKᵀ: M = N = S (queries × keys), K = D, and it writes 4 bytes per score: its time is mostly the
     epilogue's stores. PV: M = S, N = D, K = S: a long mainloop over P, and a thin output (N = D).
     """
-    # TODO: return (GemmConfig("qk", tile=..., cluster=..., schedule=..., epilogue=...), GemmConfig("pv", ...)), the fastest pair in the notebook's sweep.
+    # TODO: return (GemmConfig("qk", tile=..., cluster=..., schedule=..., epilogue=...),
+    #       GemmConfig("pv", ...)), the fastest pair in the notebook's sweep.
     raise NotImplementedError("attention.py: TODO")
 
 

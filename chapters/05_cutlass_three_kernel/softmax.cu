@@ -42,5 +42,7 @@ extern "C" __global__ void softmax_rows(float* scores,                // [rows, 
     const int lane = threadIdx.x % WARP;                              // 0..31 within the warp
     const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (row >= rows) return;                                          // the whole warp leaves together
-    // TODO: pass 1: per-lane online (m, l) over float4 chunks, then a shuffle reduction across the warp; pass 2: p = exp(s - m) / l stored as fp16 over the row's first half, __syncwarp() between each step's loads and stores.
+    // TODO: pass 1: per-lane online (m, l) over float4 chunks, then a shuffle reduction across the
+    //       warp; pass 2: p = exp(s - m) / l stored as fp16 over the row's first half, __syncwarp()
+    //       between each step's loads and stores.
 }

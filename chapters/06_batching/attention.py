@@ -163,7 +163,10 @@ def multihead_kernel(
     pid = tl.program_id(0)                                             # this program: 0 … P-1
     nprog = tl.num_programs(0)                                         # P, the grid size
     rows = (n_tiles // (n_m * n_split)) * S                            # B·H·S: rows of the [B·H·S, D] view
-    # TODO: loop over the tiles pid, pid + nprog, … < n_tiles; split each into (query block, key chunk, b·h) with the query block fastest (causal: heaviest first), load its [BLOCK_M, D] Q tile with _load_tile (masked past S), call _attend on its key range [lo, hi) and _store_tile.
+    # TODO: loop over the tiles pid, pid + nprog, … < n_tiles; split each into (query block, key
+    #       chunk, b·h) with the query block fastest (causal: heaviest first), load its [BLOCK_M, D]
+    #       Q tile with _load_tile (masked past S), call _attend on its key range [lo, hi) and
+    #       _store_tile.
     pass
 
 
@@ -390,5 +393,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if q.device.type != "cuda" and not interpreting():
         raise ValueError("CPU tensors run only through Triton's interpreter: set TRITON_INTERPRET=1 "
                          "before this file is imported (or move q, k, v to a GPU)")
-    # TODO: the capture path. On CPU tensors, or while the caller is capturing a graph (graphs.capturing()), launch directly into ft.output_like(q) with launch_into. Otherwise look the call up in _GRAPHS under graphs.call_key(q, k, v, causal=causal); on a miss allocate the static output (torch.empty_like), capture launch_into with graphs.capture and _GRAPHS.put it; return the entry's replay().
+    # TODO: the capture path. On CPU tensors, or while the caller is capturing a graph
+    #       (graphs.capturing()), launch directly into ft.output_like(q) with launch_into. Otherwise
+    #       look the call up in _GRAPHS under graphs.call_key(q, k, v, causal=causal); on a miss
+    #       allocate the static output (torch.empty_like), capture launch_into with graphs.capture
+    #       and _GRAPHS.put it; return the entry's replay().
     raise NotImplementedError("attention.py: TODO")

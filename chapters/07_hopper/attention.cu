@@ -129,7 +129,9 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, __half* __res
         const int s = j % STAGES;
         const int k0 = j * Bc;                                            // first key of tile j
         bool ready = false;                                               // slot s holds tile j
-        // TODO: wait until slot s holds tile j — kv_full[s] (address sm.kv_full + 8 * s) completes once per fill, and tile j is fill j / STAGES of its slot, so wait for parity (j / STAGES) & 1 with mbar_wait; then set ready = true.
+        // TODO: wait until slot s holds tile j — kv_full[s] (address sm.kv_full + 8 * s) completes
+        //       once per fill, and tile j is fill j / STAGES of its slot, so wait for parity (j /
+        //       STAGES) & 1 with mbar_wait; then set ready = true.
         if (!ready) {                                                     // the exercise's stub: stop, write nothing,
             if (tid == 0) *sm.abort = 1;                                  // and tell the producer not to wait for us
             unwritten = true;
@@ -162,7 +164,12 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, __half* __res
         // Online softmax, row by row: h = 0 is row r_lo, h = 1 is row r_lo + 8; element sc[i] is in row
         // h = (i / 2) % 2. Afterwards sc holds p = 2^(s·scale_log2 - m_i), and acc is rescaled.
         float alpha[2];
-        // TODO: for each h: mx = the max of the row's sc[i] over this thread, then over its quad (__shfl_xor_sync with 1 and 2); m_new = max(m_i[h], mx · scale_log2); base = m_new, or 0 if m_new is -inf (no key yet: avoids inf - inf); alpha[h] = fast_exp2(m_i[h] - base); sc[i] = fast_exp2(sc[i] · scale_log2 - base) (one fmaf) summed into this thread's part of the row sum; l_i[h] = alpha[h] · l_i[h] + sum; m_i[h] = m_new. Then acc[i] *= alpha[(i / 2) % 2].
+        // TODO: for each h: mx = the max of the row's sc[i] over this thread, then over its quad
+        //       (__shfl_xor_sync with 1 and 2); m_new = max(m_i[h], mx · scale_log2); base = m_new,
+        //       or 0 if m_new is -inf (no key yet: avoids inf - inf); alpha[h] = fast_exp2(m_i[h] -
+        //       base); sc[i] = fast_exp2(sc[i] · scale_log2 - base) (one fmaf) summed into this
+        //       thread's part of the row sum; l_i[h] = alpha[h] · l_i[h] + sum; m_i[h] = m_new.
+        //       Then acc[i] *= alpha[(i / 2) % 2].
 
         // P (fp16) as wgmma's A operand: keys 16kk..16kk+15 are sc[8kk .. 8kk + 7].
         u32 p[Bc / 16][4];
@@ -184,7 +191,9 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, __half* __res
         wgmma_wait<0>();                                                  // this warpgroup's reads of slot s are done
         fence_regs(acc);
 
-        // TODO: release slot s: one arrival per consumer warpgroup (its thread tid == 0) on kv_empty[s] (sm.kv_empty + 8 * s) with mbar_arrive — the barrier was initialised to expect CONSUMERS arrivals.
+        // TODO: release slot s: one arrival per consumer warpgroup (its thread tid == 0) on
+        //       kv_empty[s] (sm.kv_empty + 8 * s) with mbar_arrive — the barrier was initialised to
+        //       expect CONSUMERS arrivals.
     }
     if (unwritten) return;
 
