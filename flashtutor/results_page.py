@@ -337,6 +337,9 @@ def _label(ident: str) -> str:
         return "SDPA (cuDNN)"
     if ident.startswith("solution "):
         return f"chapter {int(ident.split()[1])}'s solution"
+    for ch in CHAPTERS.values():            # a chapter's reference kernel by name: code names don't wrap
+        if ch.reference == ident:
+            return f"chapter {int(ch.key)}'s reference"
     return f"`{ident.rsplit('.', 1)[-1]}`"
 
 
@@ -431,13 +434,14 @@ def section_events(res: Results) -> str:
            "chapter's report where that report timed the code, else from the first report that did. "
            "**old − new** is what the event timing added; the last column is the host's cost of issuing one call, "
            "from the new report, for comparison. The table gives medians (in *italics* the new time's basis); each "
-           "row's two files, with the 10th–90th percentile ranges, are listed under it by row number.", ""]
+           "row's two files, with the 10th–90th percentile ranges, are listed under it by row number. *events*: the "
+           "old event-timed median; *GPU time*: the grader's GPU time per call.", ""]
     if not rows:
         return "\n".join(out + ["No pair of measurements in results/.", ""])
     # Eight narrow columns (ten, with both files and the ranges, were twice the page's width); the files and
     # ranges follow the table, by row number.
-    out += ["| # | shape | what was timed | event-timed (old) | GPU time per call (new) | old − new | old / new "
-            "| host µs per call (new) |", "|---|---|---|---|---|---|---|---|"]
+    out += ["| # | shape | what was timed | events (old) | GPU time (new) | old − new | old / new "
+            "| host µs a call (new) |", "|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         host = f"{r['host']:.1f}" if r["host"] is not None else "—"
         out.append(f"| {i} | {shape(r['problem'])} | {r['what']} | {us(r['old_us'])} | {us(r['new_us'])} *{r['basis']}* "
