@@ -155,7 +155,7 @@ def rule_text(key: str) -> str:
     if sp.max_ratio_vs_sdpa:
         parts.append(f"≤ {sp.max_ratio_vs_sdpa:g}× SDPA" + (" (graph)" if sp.basis == "graph" else ""))
     if sp.min_speedup_vs:
-        parts.append(f"≥ {sp.min_speedup_vs:g}× faster than {sp.baseline.rsplit('.', 1)[-1]}")
+        parts.append(f"≥ {sp.min_speedup_vs:g}× faster than {_label(sp.baseline)}")
     return "; ".join(parts) or "none (speed reported)"
 
 
@@ -186,7 +186,7 @@ def rule_outcome(key: str, report: dict) -> str:
             if least["speedup_vs_baseline"] < sp.min_speedup_vs:
                 bad.append(f"{ratio(least['speedup_vs_baseline'])} at {least['problem']}")
             else:
-                return f"yes (least {ratio(least['speedup_vs_baseline'])}, {least['problem']})"
+                return f"yes (smallest speed-up {ratio(least['speedup_vs_baseline'])} at {least['problem']})"
     return "no: " + "; ".join(bad) if bad else "yes"
 
 
@@ -195,7 +195,7 @@ def ladder_rows(res: Results, gpu: str) -> list[dict]:
     rows = []
     for key, ch in CHAPTERS.items():
         name, rep = res.newest(key, gpu)
-        row = {"key": key, "chapter": f"{{doc}}`{key} {ch.title} <{chapter_doc(key)}>`", "file": name, "older": res.grades(key, gpu)[:-1],
+        row = {"key": key, "chapter": f"{{doc}}`{key} {ch.title.split(':')[0]} <{chapter_doc(key)}>`", "file": name, "older": res.grades(key, gpu)[:-1],
                "rule": rule_text(key)}
         t = timing(rep, SEED_SHAPE) if rep else None
         ts = timed(rep) if rep else []
