@@ -78,3 +78,52 @@ def table(header, rows) -> str:
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+_LANGUAGE = {".cu": "cuda", ".cuh": "cuda", ".py": "python", ".cpp": "c++", ".h": "c++", ".ptx": "text"}
+
+
+def code(text: str, language: str = "python", *, caption: str | None = None, first_line: int | None = None) -> str:
+    """``text`` as a MyST code block: the page highlights it (Pygments' ``language`` lexer) where printed
+    source was plain grey text, numbers its lines from ``first_line`` when given, and titles it ``caption``."""
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+    opts = ([f":caption: {caption}"] if caption else []) + ([f":lineno-start: {first_line}"] if first_line else [])
+    return "\n".join([f"{fence}{{code-block}} {language}", *opts, "", text.rstrip("\n"), fence])
+
+
+def span(lines: list[str], first: str, last: str | None = None) -> tuple[int, int]:
+    """The 0-based first and last index of an excerpt of ``lines``: from the first line containing ``first``
+    to the next line containing ``last``; without ``last``, the one statement that line ends (``;``) or the
+    brace block it opens."""
+    i = next((n for n, line in enumerate(lines) if first in line), None)
+    if i is None:
+        raise ValueError(f"no line contains {first!r}")
+    if last is not None:
+        j = next((n for n in range(i, len(lines)) if last in lines[n]), None)
+        if j is None:
+            raise ValueError(f"no line after {first!r} contains {last!r}")
+        return i, j
+    if "{" not in lines[i] and lines[i].split("//")[0].rstrip().endswith(";"):
+        return i, i
+    depth, opened = 0, False
+    for j in range(i, len(lines)):
+        depth += lines[j].count("{") - lines[j].count("}")
+        opened = opened or "{" in lines[j]
+        if opened and depth <= 0:
+            return i, j
+    return i, len(lines) - 1
+
+
+def listing(path, first: str | None = None, last: str | None = None, *, context: int = 0, root=None,
+            language: str | None = None) -> str:
+    """An excerpt of the source file ``path`` as a highlighted, line-numbered code block titled with the file
+    (relative to ``root``) and its line range (:func:`span` chooses the lines; ``context`` lines before them
+    too); the whole file without ``first``."""
+    from pathlib import Path
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i, j = span(lines, first, last) if first is not None else (0, len(lines) - 1)
+    i = max(0, i - context)
+    name = path.resolve().relative_to(Path(root).resolve()) if root else path.name
+    return code("\n".join(lines[i:j + 1]), language or _LANGUAGE.get(path.suffix, "text"),
+                caption=f"{name}, lines {i + 1}–{j + 1}" if first is not None else str(name), first_line=i + 1)

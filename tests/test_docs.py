@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from flashtutor import docs
 
 
@@ -73,3 +75,20 @@ def test_environment_line_breaks_between_items_at_the_book_width():
     assert " ".join(lines).replace(" · ", "·").replace("·", " · ") == one   # the same items, in the same order
     assert lines[0].endswith(" ·") and lines[1] == "2026-11-26 13:47 UTC"
     assert format_env(d, width=200) == one
+
+
+def test_a_listing_is_a_highlighted_numbered_code_block_of_the_right_lines(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text("// header\n__device__ int f(int x) {\n    if (x) {\n        return 1;\n    }\n    return 0;\n}\n"
+                   "int g = 3;  // one statement\nint h;\n")
+    out = docs.listing(src, "int f(", root=tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == "```{code-block} cuda" and lines[-1] == "```"
+    assert ":caption: k.cu, lines 2–7" in lines and ":lineno-start: 2" in lines
+    assert lines[lines.index("") + 1:-1] == src.read_text().splitlines()[1:7]       # the brace block, whole
+    assert docs.listing(src, "int g", root=tmp_path).count("\n") == 5                 # one statement: one line
+    assert ":caption: k.cu, lines 1–3" in docs.listing(src, "int f(", "if (x)", context=1)
+    py = docs.code("x = '```'\n", "python")
+    assert py.startswith("````{code-block} python") and py.endswith("\n````")       # a fence longer than any inside
+    with pytest.raises(ValueError, match="no line contains"):
+        docs.listing(src, "nowhere")
