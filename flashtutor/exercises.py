@@ -52,6 +52,24 @@ def _todo(indent: str, comment: str, hint: str) -> list[str]:
     return [line + "\n" for line in lines]
 
 
+def todos(text: str) -> list[tuple[int, str]]:
+    """The TODO hints of an exercise's text: (line number, the hint as one line), a wrapped hint's
+    continuation lines (:func:`_todo`) joined back to it."""
+    out: list[tuple[int, str]] = []
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        m = re.match(r"^(\s*)(//|#) TODO: (.*)$", line)
+        if not m:
+            continue
+        hint, cont = [m.group(3)], f"{m.group(1)}{m.group(2)}       "
+        for nxt in lines[n + 1:]:
+            if not nxt.startswith(cont) or not nxt[len(cont):].strip():
+                break
+            hint.append(nxt[len(cont):].strip())
+        out.append((n + 1, "TODO: " + " ".join(hint)))
+    return out
+
+
 def stub(text: str, filename: str = "") -> str:
     """Return the exercise version of a solution's text."""
     out, inside, indent, comment = [], False, "", "#"

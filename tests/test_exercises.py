@@ -42,6 +42,7 @@ def test_a_long_hint_wraps_at_100_columns_under_its_first_word():
     assert len(lines) > 5 and all(len(line) <= exercises.TODO_WIDTH for line in lines)
     assert lines[0].startswith("        // TODO: step0 ") and all(re.match(r"        //       \S", l) for l in lines[1:])
     assert " ".join(l.split("//", 1)[1].strip() for l in lines) == "TODO: " + hint + "."   # nothing lost or split
+    assert exercises.todos("int a;\n" + out) == [(2, "TODO: " + hint + ".")]               # read back as one hint
 
 
 @pytest.mark.parametrize("src", ["// BEGIN SOLUTION\nx\n", "x\n// END SOLUTION\n",
