@@ -243,3 +243,18 @@ def test_page_table_keeps_a_time_and_a_shape_on_one_line():
     assert cells[0] == "18237 ±0.1%" and cells[1] == "17.00 ±2.0%", cells
     table = timing[:timing.index("</table>")]
     assert "e+" not in table and "[" not in row
+
+
+def test_page_report_folds_a_table_of_one_status_and_shows_method_code_as_code():
+    """A stub's report (every problem "unwritten") is one line that opens onto its table, where the whole
+    screen of red rows was; a mixed table stays open; the method's `names` are <code>, not backticks."""
+    r = report()
+    r.checks = [CaseResult(f"B{b} H16 S128 D64", 1, False, Cause.UNWRITTEN, "output never written")
+                for b in range(1, 11)]
+    r.method = ["graded by `flashtutor grade T` in a worker <process>"]
+    h = r._repr_html_()
+    assert "<details><summary>all 10 problems: unwritten</summary><table>" in h
+    assert "<code>flashtutor grade T</code>" in h and "&lt;process&gt;" in h and "`" not in h
+    r.checks[0] = CaseResult("B1 H16 S128 D64", 1, True, err=1e-4, bound=2e-4)
+    mixed = r._repr_html_()
+    assert "all 10 problems" not in mixed and mixed.count("<tr>") >= 11

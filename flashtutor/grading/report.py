@@ -8,6 +8,7 @@ import html
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from .evidence import Cause, CaseResult, TimingResult, Verdict
@@ -365,13 +366,23 @@ class Report:
             h.append(f"<div style='color:#666'>{html.escape(self.env_line())}</div>")
         nowrap = "<td style='white-space:nowrap'>"           # a shape or a time: one line (a page's column is narrow)
         if self.checks:
-            h.append("<table><tr><th>problem</th><th>cases</th><th>error (tightest row)</th><th>allowed</th><th>status</th></tr>")
-            for name, r in self._check_rows().items():
+            checks = self._check_rows()
+            table = ["<table><tr><th>problem</th><th>cases</th><th>error (tightest row)</th><th>allowed</th>"
+                     "<th>status</th></tr>"]
+            for name, r in checks.items():
                 ok = r["ok"] == r["cases"]
-                h.append(f"<tr>{nowrap}{html.escape(name)}</td><td>{r['ok']}/{r['cases']}</td><td>{_fmt_err(r['err'])}</td>"
-                         f"<td>{_fmt_err(r['bound'])}</td><td style='color:{'#1a7f37' if ok else '#cf222e'}'>"
-                         f"{'ok' if ok else html.escape(r['cause'])}</td></tr>")
-            h.append("</table>")
+                table.append(f"<tr>{nowrap}{html.escape(name)}</td><td>{r['ok']}/{r['cases']}</td>"
+                             f"<td>{_fmt_err(r['err'])}</td><td>{_fmt_err(r['bound'])}</td>"
+                             f"<td style='color:{'#1a7f37' if ok else '#cf222e'}'>"
+                             f"{'ok' if ok else html.escape(r['cause'])}</td></tr>")
+            table.append("</table>")
+            status = {"ok" if r["ok"] == r["cases"] else r["cause"] for r in checks.values()}
+            if len(checks) > 8 and len(status) == 1:     # one status everywhere (a stub: all "unwritten"): one line
+                (only,) = status
+                h.append(f"<details><summary>all {len(checks)} problems: {html.escape(only)}</summary>"
+                         + "".join(table) + "</details>")
+            else:
+                h += table
         rows = [x for x in self.timings if x.times]
         if rows:
             # The page's table: a median with its p10-p90 spread as ±% (the terminal's and the JSON's keep the
@@ -394,10 +405,10 @@ class Report:
                 f"<li>{html.escape(w)}</li>" for w in notes[:6]) + "</ul></details>")
         if self.method:
             h.append("<details><summary>what was checked</summary><ul>"
-                     + "".join(f"<li>{html.escape(m)}</li>" for m in self.method) + "</ul></details>")
+                     + "".join(f"<li>{_code_spans(m)}</li>" for m in self.method) + "</ul></details>")
         if self.unchecked:
             h.append("<details><summary>what was not checked</summary><ul>"
-                     + "".join(f"<li>{html.escape(m)}</li>" for m in self.unchecked) + "</ul></details>")
+                     + "".join(f"<li>{_code_spans(m)}</li>" for m in self.unchecked) + "</ul></details>")
         return "\n".join(h)
 
     def chart_png(self) -> str | None:
@@ -466,6 +477,12 @@ def _fmt_err(x) -> str:
 
 def _fmt_stats(m) -> str:
     return f"{m.median_us:.2f} [{m.p10_us:.2f}–{m.p90_us:.2f}]"
+
+
+def _code_spans(text: str) -> str:
+    """``text`` escaped for HTML, its `backticked` names as <code> (the method lines are written for the terminal
+    and the JSON, where the backticks read as code)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def _fmt_page(m) -> str:
