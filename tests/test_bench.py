@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from flashtutor.bench import runner
+from flashtutor.bench import runner, tables
 from flashtutor.chapters import ROOT, get_chapter
 from test_cli import flashtutor, one_line      # the command in a fresh process; its one line on stderr
 
@@ -313,3 +313,12 @@ def test_ch07_versus_sdpa_is_a_table_per_run_without_a_run_column(tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| B4")]
     assert len(rows) == 2 and all(r.count(" | ") == 7 for r in rows)       # 8 columns, no run column
     assert rows[0].startswith("| B4\u00a0H32\u00a0S4096\u00a0D128 causal | 7c | 1.00 ms")
+
+
+def test_graph_vs_sdpa_divides_the_replayed_times_where_both_exist():
+    rows = [dict(_row("P", "mine", 50.0), graph_us=14.0), dict(_row("P", "other", 30.0)),
+            dict(_row("P", "SDPA", 10.0), graph_us=16.0)]
+    tables.graph_ratios(rows)
+    assert rows[0]["graph_vs_sdpa"] == 14.0 / 16.0 and "graph_vs_sdpa" not in rows[1]
+    md = tables.markdown(rows, columns=("median", "graph", "graph vs SDPA", "vs SDPA"))
+    assert "| P | mine | 50.0 µs | 14.0 µs | 0.88× | 5.00× |" in md and "| P | other | 30.0 µs | — | — | 3.00× |" in md

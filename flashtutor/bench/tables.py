@@ -37,6 +37,15 @@ def row_time(row: dict) -> tuple[float, str]:
     return row["median_us"], "event-timed"
 
 
+def graph_ratios(rows: list[dict]) -> None:
+    """Give each row of one shape ``graph_vs_sdpa``, its graph-replayed time over SDPA's, where both were
+    replayed: the ratio of the GPU's times, which the event-timed ``time_vs_sdpa`` is not for a short call."""
+    sdpa = next((r.get("graph_us") for r in rows if r["step"] == "SDPA"), None)
+    for r in rows:
+        if sdpa and r.get("graph_us"):
+            r["graph_vs_sdpa"] = r["graph_us"] / sdpa
+
+
 def _resolve(step) -> tuple[Callable, object]:
     if isinstance(step, str):
         mod = importlib.import_module(step)
@@ -101,6 +110,7 @@ def steps_table(steps: dict, probs, *, reps: int = 30, max_seconds: float = 10.0
                         row["graph_error"] = f"{type(e).__name__}: {str(e)[:120]}"
             row.pop("samples_us", None)
             rows.append(row)
+        graph_ratios([r for r in rows if r["problem"] == p.name])
         if bar:
             bar.advance(None)
     if bar:
@@ -142,7 +152,8 @@ def check_steps(fns: dict, probs, make_inputs: Callable, *, log=print, free_memo
 
 
 def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")) -> str:
-    """A markdown table: one line per (shape, step). ``vs SDPA`` is the step's time / SDPA's time."""
+    """A markdown table: one line per (shape, step). ``vs SDPA`` is the step's time / SDPA's time (event-timed
+    medians); ``graph vs SDPA`` the same ratio of the graph-replayed times (``steps_table(graph=True)``)."""
     head = ["shape", "step"] + list(columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -153,7 +164,8 @@ def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% flo
                    "vs SDPA": f"{r['time_vs_sdpa']:.2f}×" if r["time_vs_sdpa"] < 100 else f"{r['time_vs_sdpa']:.0f}×",
                    "% floor": f"{r['pct_floor']:.1f}%",
                    "bytes": _bytes(r.get("bytes")), "TB/s": f"{r['achieved_tbs']:.2f}" if r.get("achieved_tbs") else "—",
-                   "graph": _us(r["graph_us"]) if r.get("graph_us") else "—"}
+                   "graph": _us(r["graph_us"]) if r.get("graph_us") else "—",
+                   "graph vs SDPA": f"{r['graph_vs_sdpa']:.2f}×" if r.get("graph_vs_sdpa") else "—"}
             cells = [val[c] for c in columns]
         lines.append("| " + " | ".join([keep_shapes(r["problem"]), r["step"]] + cells) + " |")
     return "\n".join(lines)
