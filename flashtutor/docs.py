@@ -126,4 +126,5 @@ def listing(path, first: str | None = None, last: str | None = None, *, context:
     i = max(0, i - context)
     name = path.resolve().relative_to(Path(root).resolve()) if root else path.name
     return code("\n".join(lines[i:j + 1]), language or _LANGUAGE.get(path.suffix, "text"),
-                caption=f"{name}, lines {i + 1}–{j + 1}" if first is not None else str(name), first_line=i + 1)
+                caption=(str(name) if first is None else f"{name}, line {i + 1}" if i == j
+                         else f"{name}, lines {i + 1}–{j + 1}"), first_line=i + 1)

@@ -86,7 +86,8 @@ def test_a_listing_is_a_highlighted_numbered_code_block_of_the_right_lines(tmp_p
     assert lines[0] == "```{code-block} cuda" and lines[-1] == "```"
     assert ":caption: k.cu, lines 2–7" in lines and ":lineno-start: 2" in lines
     assert lines[lines.index("") + 1:-1] == src.read_text().splitlines()[1:7]       # the brace block, whole
-    assert docs.listing(src, "int g", root=tmp_path).count("\n") == 5                 # one statement: one line
+    one = docs.listing(src, "int g", root=tmp_path)                                     # one statement: one line
+    assert one.count("\n") == 5 and ":caption: k.cu, line 8" in one
     assert ":caption: k.cu, lines 1–3" in docs.listing(src, "int f(", "if (x)", context=1)
     py = docs.code("x = '```'\n", "python")
     assert py.startswith("````{code-block} python") and py.endswith("\n````")       # a fence longer than any inside
