@@ -322,3 +322,15 @@ def test_graph_vs_sdpa_divides_the_replayed_times_where_both_exist():
     assert rows[0]["graph_vs_sdpa"] == 14.0 / 16.0 and "graph_vs_sdpa" not in rows[1]
     md = tables.markdown(rows, columns=("median", "graph", "graph vs SDPA", "vs SDPA"))
     assert "| P | mine | 50.0 µs | 14.0 µs | 0.88× | 5.00× |" in md and "| P | other | 30.0 µs | — | — | 3.00× |" in md
+
+
+def test_ch07_targets_show_a_near_miss_with_three_digits_and_count_shapes_right():
+    from flashtutor.bench import ch07
+    rows = [{"step": "7c", "problem": "B4 H32 S4096 D128", "ratio": 1.003},
+            {"step": "7c", "problem": "B2 H32 S8192 D128", "ratio": 0.95},
+            {"step": "7c", "problem": "B1 H16 S1024 D64", "ratio": 0.90}]
+    d128, d64, seed = ch07.targets(rows)
+    assert "missed on 1 of 2 shapes (worst 1.003× at B4 H32 S4096 D128)" in d128     # not "worst 1.00×"
+    assert d64.endswith("no 7c timing") and "met (worst 0.90× at B1 H16 S1024 D64)" in seed
+    one = ch07.targets([dict(rows[0])])[0]
+    assert "missed on 1 of 1 shape (" in one

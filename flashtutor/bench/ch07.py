@@ -118,9 +118,18 @@ def latest(runs: list[dict]) -> list[dict]:
     return [run for run in runs if newest[(run["gpu"], run["kind"])] is run]
 
 
+# What a run's file-name label means (runs of one day that timed different versions of step 7c).
+RUN_LABELS = {
+    "dynamic": "step 7c with a global tile counter on causal shapes, commit d8e681b",
+    "static-counts": "step 7c's static walk counting its tiles from S, the committed kernel, commit 54de549",
+}
+
+
 def describe_run(run: dict) -> str:
     steps = sorted({r["step"] for r in run["rows"]})
-    return (f"{run['file']}: {run['gpu']}, {run['date']}; steps {', '.join(steps) or 'none'}, "
+    stem = run["file"].rsplit("/", 1)[-1].removesuffix(".json")
+    label = next((f" ({key}: {text})" for key, text in RUN_LABELS.items() if stem.endswith("-" + key)), "")
+    return (f"`{run['file']}`{label}: {run['gpu']}, {run['date']}; steps {', '.join(steps) or 'none'}, "
             f"{len({r['problem'] for r in run['rows']})} shapes; timed with {run['protocol']}")
 
 
@@ -331,8 +340,10 @@ def targets(rows: list[dict], step: str = "7c") -> list[str]:
             continue
         miss = [r for r in rs if r["ratio"] > limit + 1e-9]
         worst = max(rs, key=lambda r: r["ratio"])
-        verdict = "met" if not miss else f"missed on {len(miss)} of {len(rs)} shapes"
-        out.append(f"{what}: time ≤ {limit:.2f} × SDPA's — {verdict} (worst {worst['ratio']:.2f}× at {worst['problem']})")
+        verdict = "met" if not miss else f"missed on {len(miss)} of {len(rs)} shape{'s' if len(rs) > 1 else ''}"
+        digits = 3 if abs(worst["ratio"] - limit) < 0.01 else 2     # 1.003 is a miss that 2 digits show as 1.00
+        out.append(f"{what}: time ≤ {limit:.2f} × SDPA's — {verdict} (worst {worst['ratio']:.{digits}f}× at "
+                   f"{worst['problem']})")
     return out
 
 
