@@ -380,7 +380,7 @@ class Report:
             if len(checks) > 8 and len(status) == 1:     # one status everywhere (a stub: all "unwritten"): one line
                 (only,) = status
                 h.append(f"<details><summary>all {len(checks)} problems: {html.escape(only)}</summary>"
-                         + "".join(table) + "</details>")
+                         + "\n".join(table) + "</details>")
             else:
                 h += table
         rows = [x for x in self.timings if x.times]
