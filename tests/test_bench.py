@@ -334,3 +334,21 @@ def test_ch07_targets_show_a_near_miss_with_three_digits_and_count_shapes_right(
     assert d64.endswith("no 7c timing") and "met (worst 0.90× at B1 H16 S1024 D64)" in seed
     one = ch07.targets([dict(rows[0])])[0]
     assert "missed on 1 of 1 shape (" in one
+
+
+def test_ch07_stored_reads_the_graders_way_where_a_file_has_it(tmp_path):
+    """A --stream file holds do_bench's 'time' records and the grader's-way 'stream' ones: the rows (and so the
+    chapter's tables and targets) are the stream ones, with do_bench's time beside them; an older file keeps
+    its do_bench rows."""
+    from flashtutor.bench import ch07
+    env = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-26T17:00:00+00:00"}
+    time = {"kind": "time", "problem": "B4 H32 S4096 D64", "ms": 1.38, "sdpa_ms": 1.24}
+    stream = {"kind": "stream", "problem": "B4 H32 S4096 D64", "us": 1244.6, "sdpa_us": 1274.4, "basis": "back-to-back"}
+    (tmp_path / "ch07-h100-2026-11-26.json").write_text(json.dumps(
+        {"environment": env, "steps": {"7c": {"records": [time, stream]}}}))
+    (tmp_path / "ch07-h100-2026-11-23.json").write_text(json.dumps(
+        {"environment": env, "steps": {"7c": {"records": [time]}}}))
+    old, new = ch07.stored(tmp_path)
+    (row,) = new["rows"]
+    assert row["us"] == 1244.6 and row["ratio"] < 1 and row["event_us"] == 1380.0 and "--stream" in new["protocol"]
+    assert old["rows"][0]["us"] == 1380.0 and "do_bench" in old["protocol"]

@@ -29,6 +29,9 @@ LABELS = {"7a": "7a one warpgroup, TMA ring, wgmma", "7b": "7b warp-specialized 
 PROTOCOLS = {
     "ch07": ("scripts/ch07_gpu.py: triton.testing.do_bench (median, L2 flushed before each call), the step "
              "first, then SDPA (cuDNN, pinned) on the same inputs, in one process"),
+    "ch07-stream": ("scripts/ch07_gpu.py --stream, the grader's way without its gate: GPU time per call of "
+                    "back-to-back batches between two CUDA events, L2 flushed before each batch, the step and SDPA "
+                    "(cuDNN, pinned) alternating batch by batch, median of 5 rounds; graph-replayed at S ≤ 1024"),
     "grade": ("the grader's (`flashtutor grade 07 --solution`): GPU time per call from gated back-to-back "
               "batches, fresh inputs out of L2, alternating with SDPA (cuDNN, pinned) in the judge's process"),
     "bench07": ("flashtutor.bench.ch07.measure: CUDA events, L2 flushed before each call, the steps and "
@@ -54,23 +57,36 @@ def _gpu_short(name: str) -> str:
 
 
 def _read_ch07(path: Path) -> dict:
-    """scripts/ch07_gpu.py's JSON: per step, records of kind 'time' (ms, sdpa_ms). Where the script also
-    replayed the calls from CUDA graphs (S ≤ 1024: calls of a few µs, where do_bench's time is the host's
-    launch cost as much as the GPU's), the graph-replayed GPU times are the row's, the event times kept
-    beside them (``event_us``)."""
+    """scripts/ch07_gpu.py's JSON. Where the file holds records of kind 'stream' (``--stream``: GPU time per call
+    the grader's way, graph-replayed at S <= 1024) they are its rows, with do_bench's time of the same call beside
+    them (``event_us``); an older file has only 'time' records (do_bench: ms, sdpa_ms), and where the script
+    also replayed those calls from CUDA graphs (S <= 1024, where do_bench's time is the host's launch), the
+    graph-replayed time is the row's and do_bench's is kept beside it."""
     d = json.loads(path.read_text())
     env = d.get("environment", {})
+    records = [(step, r) for step, st in d.get("steps", {}).items() for r in st.get("records", [])]
+    timed = {(step, r["problem"]): r for step, r in records if r.get("kind") == "time" and "ms" in r}
+    stream = [(step, r) for step, r in records if r.get("kind") == "stream" and "us" in r]
     rows = []
-    for step, st in d.get("steps", {}).items():
-        for r in st.get("records", []):
-            if r.get("kind") == "time" and "ms" in r:
-                if "graph_us" in r:
-                    row = _row(step, r["problem"], r["graph_us"], r["sdpa_graph_us"])
-                    row.update(basis="graph-replayed", event_us=1e3 * r["ms"], sdpa_event_us=1e3 * r["sdpa_ms"])
-                else:
-                    row = _row(step, r["problem"], 1e3 * r["ms"], 1e3 * r["sdpa_ms"])
-                rows.append(row)
-    return {"gpu": env.get("gpu", "?"), "date": str(env.get("date", "?"))[:10], "protocol": PROTOCOLS["ch07"],
+    if stream:
+        for step, r in stream:
+            row = _row(step, r["problem"], r["us"], r["sdpa_us"])
+            row["basis"] = r.get("basis", "back-to-back")
+            t = timed.get((step, r["problem"]))
+            if t:
+                row.update(event_us=1e3 * t["ms"], sdpa_event_us=1e3 * t["sdpa_ms"])
+            rows.append(row)
+        protocol = PROTOCOLS["ch07-stream"]
+    else:
+        for (step, problem), r in timed.items():
+            if "graph_us" in r:
+                row = _row(step, problem, r["graph_us"], r["sdpa_graph_us"])
+                row.update(basis="graph-replayed", event_us=1e3 * r["ms"], sdpa_event_us=1e3 * r["sdpa_ms"])
+            else:
+                row = _row(step, problem, 1e3 * r["ms"], 1e3 * r["sdpa_ms"])
+            rows.append(row)
+        protocol = PROTOCOLS["ch07"]
+    return {"gpu": env.get("gpu", "?"), "date": str(env.get("date", "?"))[:10], "protocol": protocol,
             "kind": "ch07", "rows": rows}
 
 
