@@ -57,10 +57,12 @@ def memory() -> Figure:
     x = x0
     for name, col in (("Q", st.Q), ("K", st.K), ("V", st.V), ("O", st.O)):
         st.box(ax, x, bar_y, ONE_MB * scale, bar_h, fc=col, ec="white", lw=0.6)
+        ax.text(x + ONE_MB * scale / 2, bar_y + bar_h + 1.2, name, ha="center", va="bottom", fontsize=st.SMALL,
+                weight="bold", color=col)                     # each segment named in its own colour
         x += ONE_MB * scale
     st.box(ax, x, bar_y, SCORES_MB * scale, bar_h, fc=st.SCORES, ec="white", lw=0.6,
            text=f"fp32 scores [B, H, S, S]: {SCORES_MB:.1f} MB", size=st.SMALL, color="white")
-    ax.text(x0, bar_y + bar_h + 1.2, f"Q, K, V, O: {QKVO_MB:.1f} MB", fontsize=st.SMALL, va="bottom",
+    ax.text(x + 1.0, bar_y + bar_h + 1.2, f"together {QKVO_MB:.1f} MB", fontsize=st.SMALL, va="bottom",
             color=st.TEXT)
     l2_x = x0 + L2_MB * scale
     ax.plot([x0, l2_x], [bar_y - 1.4] * 2, color=st.TEXT, lw=1.0)
