@@ -243,6 +243,7 @@ def test_page_table_keeps_a_time_and_a_shape_on_one_line():
     assert cells[0] == "18237 ±0.1%" and cells[1] == "17.00 ±2.0%", cells
     table = timing[:timing.index("</table>")]
     assert "e+" not in table and "[" not in row
+    assert "host µs/call: what issuing one call cost the host" in timing      # the column says what it is
 
 
 def test_page_report_folds_a_table_of_one_status_and_shows_method_code_as_code():

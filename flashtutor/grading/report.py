@@ -391,8 +391,7 @@ class Report:
             h.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c, _ in cols) + "</tr>")
             for x in rows:
                 h.append("<tr>" + "".join(f"{nowrap}{html.escape(f(x, _fmt_page))}</td>" for _, f in cols) + "</tr>")
-            h.append("</table><div style='color:#666'>µs: median GPU time per call ± half its 10th-90th percentile "
-                     "spread</div>")
+            h.append("</table><div style='color:#666'>" + TIMING_NOTE + "</div>")
             chart = self.chart_png()
             if chart:
                 h.append(f"<img src='data:image/png;base64,{chart}' style='max-width:100%'>")
@@ -477,6 +476,11 @@ def _fmt_err(x) -> str:
 
 def _fmt_stats(m) -> str:
     return f"{m.median_us:.2f} [{m.p10_us:.2f}–{m.p90_us:.2f}]"
+
+
+TIMING_NOTE = ("µs: median GPU time per call ± half its 10th-90th percentile spread. host µs/call: what issuing "
+               "one call cost the host (with graph-replayed timing, one replay), measured on separate batches; it "
+               "follows the host's load, so it differs between runs and chapters where the GPU time does not.")
 
 
 def _code_spans(text: str) -> str:
