@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import re
 import textwrap
+from pathlib import Path
 
 _ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|obj|exc):`~?([^`]+)`")
 _LITERAL = re.compile(r"``([^`]+)``")
@@ -49,7 +50,6 @@ WIDTH = 100          # characters of a printed line the book's content column sh
 def wrap(text: str, width: int = WIDTH) -> str:
     """``text`` with every line longer than ``width`` broken at spaces; the continuation lines are indented
     past the line's own indent (and past a leading "* " or "NNN: "), so a list stays a list."""
-    import textwrap
     out = []
     for line in text.splitlines() or [""]:
         if len(line) <= width:
@@ -119,7 +119,6 @@ def listing(path, first: str | None = None, last: str | None = None, *, context:
     """An excerpt of the source file ``path`` as a highlighted, line-numbered code block titled with the file
     (relative to ``root``) and its line range (:func:`span` chooses the lines; ``context`` lines before them
     too); the whole file without ``first``."""
-    from pathlib import Path
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     i, j = span(lines, first, last) if first is not None else (0, len(lines) - 1)

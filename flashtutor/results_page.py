@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .bench.tables import row_time
+from .bench.tables import paired_times
 from .chapters import CHAPTERS, ROOT
 
 RESULTS = ROOT / "results"
@@ -679,9 +679,7 @@ def claim_fa3(res: Results) -> Finding:
         other = by.get("FlashAttention-3") or by.get("SDPA FlashAttention-2 backend")
         if not (ref and other):
             continue
-        (t_ref, basis), (t_other, other_basis) = row_time(ref), row_time(other)
-        if other_basis != basis:                          # one basis for both, or the ratio means nothing
-            t_ref, t_other, basis = ref["median_us"], other["median_us"], "event-timed"
+        (t_ref, t_other), basis = paired_times(ref, other)
         x = t_other / t_ref
         if "FlashAttention-3" in by:
             return Finding(HOLDS if x >= 1.51 / TOL else FAILS,

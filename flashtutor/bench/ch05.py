@@ -22,7 +22,7 @@ import math
 from ..chapters import get_chapter
 from ..loaders.cutlass import GemmConfig
 from ..problems import Problem, shape_set
-from .tables import row_time
+from .tables import paired_times
 
 CH = get_chapter("05")
 SEED = shape_set("seed")[0]                  # B1 H16 S1024 D64
@@ -274,15 +274,13 @@ def fa3_step():
 
 def seed_claims(rows: list[dict], hot: dict | None = None) -> list[dict]:
     """The seed report's three claims against the measured seed-shape rows (non-causal), on each row's
-    graph-replayed time where the table has it (``row_time``); the event-timed medians and warm-cache
+    graph-replayed times where the table has them (``paired_times``); the event-timed medians and warm-cache
     times (``hot``) follow as context."""
     by = {r["step"]: r for r in rows if r["problem"] == SEED.name and "median_us" in r}
     out = []
     ref, sdpa = by.get("3-kernel (reference)"), by.get("SDPA")
     if ref and sdpa:
-        (t_ref, basis), (t_sdpa, sdpa_basis) = row_time(ref), row_time(sdpa)
-        if sdpa_basis != basis:                  # never divide a graph-replayed time by an event-timed one
-            (t_ref, basis), (t_sdpa, _) = (ref["median_us"], "event-timed"), (sdpa["median_us"], "event-timed")
+        (t_ref, t_sdpa), basis = paired_times(ref, sdpa)
         pct = 100.0 * t_sdpa / t_ref
         out.append({"claim": "98% of SDPA", "measured": f"{pct:.0f}% of SDPA's speed (SDPA {t_sdpa:.1f} µs, "
                     f"3-kernel {t_ref:.1f} µs, {basis}; time ratio {t_ref / t_sdpa:.2f}×)",
@@ -293,11 +291,7 @@ def seed_claims(rows: list[dict], hot: dict | None = None) -> list[dict]:
                     "basis": basis})
         fa = by.get("FlashAttention-3") or by.get("SDPA FlashAttention-2 backend")
         if fa:
-            t_fa, fa_basis = row_time(fa)
-            if fa_basis != basis:
-                t_fa, t_r, fa_basis = fa["median_us"], ref["median_us"], "event-timed"
-            else:
-                t_r = t_ref
+            (t_fa, t_r, _), fa_basis = paired_times(fa, ref, sdpa)     # the basis the two claims above used, or events
             x = t_fa / t_r
             which = "FlashAttention-3" if "FlashAttention-3" in by else "FlashAttention-2 (SDPA backend; FA3 is not installed)"
             out.append({"claim": "1.51× faster than FlashAttention-3",

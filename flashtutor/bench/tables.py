@@ -26,15 +26,16 @@ def problems(*sets: str, causal: tuple[bool, ...] = (False,)) -> list[Problem]:
     return [p.replace(causal=c) for s in sets for p in shape_set(s) for c in causal]
 
 
-def row_time(row: dict) -> tuple[float, str]:
-    """A steps-table row's time per call and its basis: graph-replayed when the row has it, else event-timed.
+def paired_times(*rows: dict) -> tuple[list[float], str]:
+    """The times per call of steps-table rows that are to be divided by each other, on one basis: their
+    graph-replayed times if every row has one, else their event-timed medians — never a ratio across the two.
 
     At the seed shape a call lasts tens of microseconds and the event-timed median also holds whatever host
     work outlasts the L2 flush before it (chapter 5's three-kernel pipeline, three launches, on the H100's slow
     host); the graph-replayed time is the GPU's alone."""
-    if row.get("graph_us"):
-        return row["graph_us"], "graph-replayed"
-    return row["median_us"], "event-timed"
+    if all(r.get("graph_us") for r in rows):
+        return [r["graph_us"] for r in rows], "graph-replayed"
+    return [r["median_us"] for r in rows], "event-timed"
 
 
 def graph_ratios(rows: list[dict]) -> None:
