@@ -8,11 +8,19 @@ pass (its error is that rounding: at most half an ulp). Judging per row keeps th
 outputs are small: with a global maximum, the few large outputs (e.g. the first rows of causal
 attention, which average only a handful of values) would set a loose bound for every row.
 
-Before the call every output buffer is filled with NaN (see :func:`flashtutor.output_like`), so
-an element the kernel never wrote shows up as NaN — and NaN or Inf anywhere fails.
+Before the call every output buffer is filled with a never-written pattern (a quiet NaN with a payload
+no arithmetic produces: :mod:`flashtutor.grading.protocol`), and NaN or Inf anywhere fails. The check
+tells the two kinds of NaN apart: an element that still carries the pattern was never written (cause
+``unwritten``, or ``tail`` / ``batch`` when whole last rows or whole (b, h) slices are missing), while a
+NaN or Inf with other bits was computed by the kernel (cause ``nan``), and the message says where it first
+appears and what the case has there: a causal row left with zero keys (0/0: an off-by-one in the mask),
+large logits (exp overflow), only the last partial tile. An output with no pattern at all (a pre-fill of
+plain NaN, or a kernel that wrote every element) is judged by its bits too: torch's plain NaN fill is 0x7E00,
+while a CPU computes 0xFE00 and a GPU 0x7FFF.
 When the check fails it says why in the learner's terms: which index, expected vs got, and the
-likely cause where the pattern tells (unwritten tail, one batch/head only, wrong scale, ignored
-causal mask, overflow without max subtraction).
+likely cause where the evidence tells (unwritten tail, one batch/head only, wrong scale, ignored
+causal mask). Whether large logits are *the* cause needs every case of a grading (right on the ordinary
+ones, wrong only on the large-logit ones): :mod:`flashtutor.grading.rules` says that.
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ from .problems import Problem, reference
 
 RATIO = 2.0                 # allowed error relative to SDPA's own fp16 error
 FP16_ULP_AT_1 = 2.0 ** -10  # fp16 has 10 explicit mantissa bits: ulp(x) <= x * 2^-10
+PLAIN_NAN_BITS = 0x7E00     # torch's fp16 fill_(nan): the judge's pre-fill before the never-written pattern
 
 
 @dataclass
@@ -78,14 +87,14 @@ def check_output(p: Problem, q, k, v, out, *, ref=None, sdpa_out=None, seed: int
         sdpa_out = sdpa(q, k, v, causal=p.causal)
     o = out.to(ref.dtype)
 
+    row_sdpa, row_bound = row_bounds(ref, sdpa_out)          # [B, H, S]
     nonfinite = ~torch.isfinite(o)
     if nonfinite.any():
         res.err = res.max_err = float("inf")
-        res.message, res.cause = _explain_nonfinite(p, o, nonfinite)
+        res.message, res.cause = _explain_nonfinite(p, q, k, v, out, o, nonfinite, row_bound, ref)
         return res
 
     diff = (o - ref).abs()                                   # [B, H, S, D]
-    row_sdpa, row_bound = row_bounds(ref, sdpa_out)          # [B, H, S]
     row_err = diff.amax(dim=-1)                              # [B, H, S]
     worst_row = int((row_err / row_bound).flatten().argmax())
     r = _unravel(worst_row, row_err.shape)
@@ -113,31 +122,141 @@ def _fmt_idx(idx) -> str:
     return "[b={}, h={}, s={}, d={}]".format(*idx)
 
 
-def _explain_nonfinite(p: Problem, o: torch.Tensor, nonfinite: torch.Tensor) -> tuple[str, str]:
-    B, H, S, D = o.shape
-    n_bad, n = int(nonfinite.sum()), nonfinite.numel()
-    first = _fmt_idx(_unravel(int(nonfinite.flatten().nonzero()[0]), o.shape))
-    isnan = torch.isnan(o)
-    if n_bad == n:
-        return ("every output element is NaN: the kernel wrote nothing (the output is pre-filled with NaN). "
-                "Is the kernel still the TODO stub, or did the launch fail silently?", "unwritten")
-    rows_bad = nonfinite.any(dim=-1)                     # [B, H, S]
-    bad_s = rows_bad.any(dim=0).any(dim=0)               # [S]
-    first_bad_row = int(bad_s.nonzero()[0])
-    if isnan.all(dim=-1).eq(rows_bad).all() and bad_s[first_bad_row:].all() and first_bad_row > 0:
-        return (f"rows s ≥ {first_bad_row} of S={S} were never written (still NaN): a tail that is not a whole "
-                f"block. Round the grid up (ceil-divide) and guard the last block with `if (row < S)`.", "tail")
-    per_bh = rows_bad.any(dim=-1)                        # [B, H]
-    if not per_bh.all() and per_bh.any() and isnan[per_bh].all():
+def _explain_nonfinite(p: Problem, q, k, v, out: torch.Tensor, o: torch.Tensor, nonfinite: torch.Tensor,
+                       row_bound=None, ref=None) -> tuple[str, str]:
+    """Why some outputs are NaN/Inf: never written (they still carry the pre-fill) or computed by the kernel."""
+    unwritten = never_written(out)[0] & nonfinite
+    computed = nonfinite & ~unwritten
+    if unwritten.any():
+        msg, cause = _explain_unwritten(out, unwritten, nonfinite)
+        if computed.any():
+            msg += (f" Besides, {int(computed.sum())} element(s) are NaN/Inf that the kernel computed (first at "
+                    f"{_first(computed)}).")
+        return msg, cause
+    return _explain_computed(p, q, k, v, o, computed, row_bound, ref)
+
+
+def never_written(out: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """Which elements of an fp16 output still carry the judge's pre-fill, and which pre-fill that was.
+
+    The judge fills every output with :data:`~flashtutor.grading.protocol.UNWRITTEN_BITS`, a quiet NaN that
+    no arithmetic produces. Where no element carries it, the pre-fill may have been a plain NaN (torch's
+    ``fill_(nan)``: bits 0x7E00, while a NaN computed on a CPU is 0xFE00 and on a GPU 0x7FFF), so elements
+    that are exactly 0x7E00 count as never written then. Returns (mask, "pattern" | "nan" | "")."""
+    from .grading.protocol import unwritten_mask
+    if out.dtype != torch.float16:
+        return torch.zeros(out.shape, dtype=torch.bool, device=out.device), ""
+    m = unwritten_mask(out)
+    if bool(m.any()):
+        return m, "pattern"
+    plain = out.contiguous().view(torch.int16) == PLAIN_NAN_BITS
+    if bool(plain.any()):
+        return plain, "nan"
+    return torch.zeros_like(m), ""
+
+
+def _first(mask: torch.Tensor) -> str:
+    return _fmt_idx(_unravel(int(mask.flatten().nonzero()[0]), mask.shape))
+
+
+def _explain_unwritten(out: torch.Tensor, unwritten: torch.Tensor, nonfinite: torch.Tensor) -> tuple[str, str]:
+    B, H, S, D = out.shape
+    n_un, n = int(unwritten.sum()), unwritten.numel()
+    if n_un == n:
+        return ("every output element still carries the grader's pre-fill (a NaN bit pattern that arithmetic does "
+                "not produce): the kernel wrote nothing. Is the kernel still the TODO stub, or did the launch fail "
+                "silently (an empty grid, the wrong output tensor, a launch on another device)?", "unwritten")
+    rows_un = unwritten.all(dim=-1)                      # [B, H, S] whole rows never written
+    rows_any = unwritten.any(dim=-1)                     # [B, H, S]
+    un_s = rows_any.any(dim=0).any(dim=0)                # [S]
+    first_row = int(un_s.nonzero()[0])
+    if rows_un.eq(rows_any).all() and bool(un_s[first_row:].all()) and first_row > 0:
+        return (f"rows s ≥ {first_row} of S={S} were never written (they still carry the grader's pre-fill): a tail "
+                f"that is not a whole block. Round the grid up (ceil-divide) and guard the last block with "
+                f"`if (row < S)`.", "tail")
+    per_bh = rows_any.any(dim=-1)                        # [B, H]
+    if not per_bh.all() and bool(unwritten[per_bh].all()):
         ok_bh = [(b, h) for b in range(B) for h in range(H) if not per_bh[b, h]]
-        return (f"whole (batch, head) slices are NaN — only {ok_bh[:4]} were written. "
-                f"Check the b/h offsets (stride of a head is S·D, of a batch H·S·D) and the grid size.", "batch")
+        return (f"whole (batch, head) slices were never written (they still carry the grader's pre-fill) — only "
+                f"{ok_bh[:4]}{' …' if len(ok_bh) > 4 else ''} were. Check the b/h offsets (stride of a head is S·D, "
+                f"of a batch H·S·D) and the grid size.", "batch")
+    cols = unwritten.any(dim=0).any(dim=0).any(dim=0)    # [D]
+    what = ""
+    if bool(rows_any.all()) and not bool(cols.all()):
+        first_col = int(cols.nonzero()[0])
+        if bool(cols[first_col:].all()):
+            what = f" Columns d ≥ {first_col} of D={D} are never written in any row: check the loop over d."
+    return (f"{n_un} of {n} output elements were never written (they still carry the grader's pre-fill; first at "
+            f"{_first(unwritten)}).{what}", "unwritten")
+
+
+def _explain_computed(p: Problem, q, k, v, o: torch.Tensor, bad: torch.Tensor, row_bound, ref) -> tuple[str, str]:
+    """NaN or Inf that the kernel computed: where it first appears, and what the case has there."""
+    B, H, S, D = o.shape
+    n_bad, n = int(bad.sum()), bad.numel()
+    isnan = torch.isnan(o) & bad
     what = "NaN" if bool(isnan.any()) else "Inf"
-    hint = ""
+    idx = _unravel(int(bad.flatten().nonzero()[0]), bad.shape)
+    b, h = idx[0], idx[1]
+    head = (f"{n_bad} of {n} output elements are {what} computed by the kernel (not the grader's never-written "
+            f"pre-fill); the first at {_fmt_idx(idx)}.")
+    rows_bad = bad.any(dim=-1)                           # [B, H, S]
+    bad_s = rows_bad.any(dim=0).any(dim=0)               # [S]
+    rows = bad_s.nonzero().flatten().tolist()
+    hints = []
+    # A row with no key: under the causal mask row 0 keeps exactly one key (j = 0), so NaN there is 0/0.
+    if p.causal and rows and rows[0] == 0:
+        if rows == [0]:
+            where = "only in row s = 0"
+        else:
+            where = f"in row s = 0 and {len(rows) - 1} other row{'s' if len(rows) > 2 else ''}"
+        shifted = _matches_strict_causal(q, k, v, o, b, h, row_bound, ref)
+        hints.append(f"The {what} is {where}, which keeps a single key (j = 0) under the causal mask: a row left with "
+                     f"zero keys gives 0/0 (its max is −inf and its sum 0). An off-by-one in the mask? Row i keeps "
+                     f"keys j ≤ i, i + 1 of them"
+                     + ("; the other rows match attention with keys j < i, i.e. the diagonal masked too." if shifted
+                        else "."))
+    elif rows and rows[0] > 0 and rows == list(range(rows[0], S)) and S > 1:
+        hints.append(f"Only rows s ≥ {rows[0]} of S={S} have it: the last, partial tile. Values past S read without "
+                     f"a mask (load with a mask and `other=`), or a row whose every key was masked to −inf (0/0).")
+    per_bh = rows_bad.any(dim=-1)                        # [B, H]
+    if B * H > 1 and not bool(per_bh.all()) and not hints:
+        some = [(bb, hh) for bb in range(B) for hh in range(H) if per_bh[bb, hh]]
+        hints.append(f"Only (b, h) = {some[:4]}{' …' if len(some) > 4 else ''} have it, of {B}×{H}: an offset that "
+                     f"reaches another slab or past the buffer (stride of a head S·D, of a batch H·S·D).")
     if p.qk_std > 1:
-        hint = (" These inputs have large logits: exp(s) overflows fp32 above s ≈ 88.7 unless the row max is "
-                "subtracted first (softmax(s) = softmax(s - max s)).")
-    return (f"{n_bad} of {n} output elements are {what} (first at {first}).{hint}", "nan")
+        top = _largest_score(q, k, b, h, rows[:64], p.causal)
+        hints.append(f"This case has large logits (q and k scaled by {p.qk_std:g}): the row max of q·kᵀ/√D "
+                     f"reaches {top:.4g} in the first rows that have it; exp(s) overflows fp32 above s ≈ 88.7 "
+                     f"(so does exp2(s·log2 e)), and a value cast to fp16 overflows above 65504 (e^s for s > 11.1).")
+    if what == "Inf" and not hints:
+        hints.append("Inf is a value beyond fp16's range (65504) stored to the output: an exponential that "
+                     "overflowed, or a sum not divided by the softmax denominator.")
+    return " ".join([head] + hints), "nan"
+
+
+def _matches_strict_causal(q, k, v, o, b: int, h: int, row_bound, ref) -> bool:
+    """Whether slab (b, h) of the output matches attention with keys j < i (the diagonal masked as well) on
+    every row but row 0 (which then has no key)."""
+    if row_bound is None or q.shape[2] < 2:
+        return False
+    dt = ref.dtype if ref is not None else torch.float64
+    qs, ks, vs = (t[b, h].to(dt) for t in (q, k, v))
+    s = (qs @ ks.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    S = s.shape[0]
+    s.masked_fill_(torch.ones(S, S, dtype=torch.bool, device=s.device).triu_(0), float("-inf"))
+    alt = torch.softmax(s[1:], dim=-1) @ vs                                  # rows 1..S-1
+    err = (o[b, h, 1:].to(dt) - alt).abs().amax(dim=-1)
+    return bool(torch.isfinite(err).all() and (err <= row_bound[b, h, 1:]).all())
+
+
+def _largest_score(q, k, b: int, h: int, rows: list[int], causal: bool) -> float:
+    qs, ks = q[b, h, rows].double(), k[b, h].double()
+    s = (qs @ ks.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))          # [len(rows), S]
+    if causal:
+        j = torch.arange(ks.shape[0], device=s.device)
+        s = s.masked_fill(j[None, :] > torch.tensor(rows, device=s.device)[:, None], float("-inf"))
+    return float(s.amax())
 
 
 def _explain_wrong(p: Problem, q, k, v, o, ref, diff, row_bound, res: CheckResult) -> tuple[str, str]:
