@@ -135,8 +135,8 @@ def test_identical_failures_are_one_entry_with_a_count():
     r = cpu_report(bad + [other])
     decide(r, TRITON)
     assert r.verdict == Verdict.FAIL and len(r.failures) == 2, r.failures
-    assert r.failures[0] == (f"{nan} (5 cases: B2 H3 S37 D64, B2 H3 S37 D64 causal, B1 H2 S70 D128, "
-                             "B1 H2 S70 D128 causal, …)")
+    assert r.failures[0] == (f"{nan} (5 cases: B2 H3 S37 D64 seed 10, B2 H3 S37 D64 causal seed 11, "
+                             "B1 H2 S70 D128 seed 12, B1 H2 S70 D128 causal seed 13, and 1 more)")
     assert r.failures[1] == "B2 H3 S37 D64 (seed 99): rows s ≥ 32 were never written"
     assert str(r).count("output elements are NaN") == 1
 
@@ -146,8 +146,8 @@ def test_failures_that_differ_only_in_numbers_are_grouped_too():
            CaseResult("B1 H2 S70 D128", 8, False, Cause.NAN, "9 of 40 output elements are NaN")]
     r = cpu_report(bad)
     decide(r, TRITON)
-    assert r.failures == ["3 of 12 output elements are NaN (2 cases: B2 H3 S37 D64, B1 H2 S70 D128; "
-                          "numbers from the first, seed 7)"]
+    assert r.failures == ["3 of 12 output elements are NaN (2 cases: B2 H3 S37 D64 seed 7, B1 H2 S70 D128 seed 8; "
+                          "the numbers are from the first, B2 H3 S37 D64 seed 7)"]
 
 
 def test_no_empty_entries():

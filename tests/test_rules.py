@@ -174,3 +174,40 @@ def test_a_gpu_that_is_not_hopper_does_not_run_chapters_5_and_7(monkeypatch):
         assert r.verdict == Verdict.NOT_RUN, r.verdict
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert _gpu_cannot_run(get_chapter("07")) == ""
+
+
+# ---------------------------------------------------------------- a wrong timed output is never "re-run"
+def _timed_report(**timing):
+    from flashtutor.chapters import Chapter
+    from flashtutor.grading.evidence import CaseResult, Measurement
+    from flashtutor.grading.report import Report
+    from flashtutor.grading.rules import decide
+    m = Measurement(20.0, 19.6, 20.4, 5, host_us=40.0, batch=(8, 32))
+    r = Report(chapter="T", title="t", path="x.py", device="cuda", execution="gpu")
+    r.checks = [CaseResult("B1 H16 S1024 D64", 1, True, err=1e-4, bound=2e-4)]
+    t = TimingResult("B1 H16 S1024 D64", "stream", "cudnn", {"learner": m, "sdpa": m}, ratio=1.0, rechecked=2)
+    for k, v in timing.items():
+        setattr(t, k, v)
+    r.timings = [t]
+    decide(r, Chapter(key="T", slug="t", title="t", kind="torch", speed=SpeedRule(max_ratio_vs_sdpa=1.5)))
+    return r
+
+
+@pytest.mark.parametrize("as_cause", [True, False])
+def test_a_wrong_timed_output_fails_even_when_the_timing_is_disturbed(as_cause):
+    """Correct on the checked cases, a wrong output among the timed calls, and another process on the GPU: the
+    verdict is FAIL (not DISTURBED, which would invite re-running a cheat until the timing is clean) — whether
+    the timed phase recorded the cause or only the failed re-check."""
+    from flashtutor.grading.evidence import Cause, Verdict
+    why = "the last call of a batch of 32 timed calls: 1024 of 65536 output elements are NaN"
+    kw = dict(disturbed="1 other process computed on this GPU (pid 540)", recheck_ok=False, recheck_message=why)
+    if as_cause:
+        kw.update(causes=[Cause.TIMED_OUTPUT_WRONG],
+                  messages=[f"B1 H16 S1024 D64: the output of a timed call is wrong: {why}"])
+    r = _timed_report(**kw)
+    assert r.verdict == Verdict.FAIL and r.exit_code == 1, (r.verdict, r.summary)
+    assert "timed output wrong" in r.summary and "re-run" not in r.summary
+    assert any("the output of a timed call is wrong" in f and "1024 of 65536" in f for f in r.failures), r.failures
+    assert str(Cause.DISTURBED) not in r.causes
+    clean = _timed_report(disturbed="1 other process computed on this GPU (pid 540)")
+    assert clean.verdict == Verdict.DISTURBED          # a right timed output with a disturbance: still "re-run"

@@ -44,6 +44,9 @@ class Report:
     checks: list[CaseResult] = field(default_factory=list)
     timings: list[TimingResult] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # What every failing case has and the passing ones lack ("causal", "D = 128", ...): one line above the
+    # correctness table (:func:`.rules.shared_by_failures`); "" when they share nothing.
+    shared: str = ""
     warnings: list[str] = field(default_factory=list)
     static: list[dict] = field(default_factory=list)
     trace_findings: list[str] = field(default_factory=list)
@@ -303,6 +306,8 @@ class Report:
         if self.env or self.execution:
             parts.append(Text(self.env_line() + (f" · graded in {self.seconds:.0f} s" if self.seconds else ""),
                               style="dim"))
+        if self.checks and self.shared:
+            parts.append(Text(self.shared, style="red"))
         if self.checks:
             t = Table(title="correctness", show_lines=False)
             for col in ("problem", "cases", "error", "allowed", "status"):
@@ -365,6 +370,8 @@ class Report:
         if self.env or self.execution:
             h.append(f"<div style='color:#666'>{html.escape(self.env_line())}</div>")
         nowrap = "<td style='white-space:nowrap'>"           # a shape or a time: one line (a page's column is narrow)
+        if self.checks and self.shared:
+            h.append(f"<div style='color:#cf222e'>{html.escape(self.shared)}</div>")
         if self.checks:
             checks = self._check_rows()
             table = ["<table><tr><th>problem</th><th>cases</th><th>error (tightest row)</th><th>allowed</th>"

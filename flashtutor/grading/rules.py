@@ -68,8 +68,16 @@ def sass_violations(rule, resources: dict) -> list[str]:
 NOT_COMPARED = {Cause.ERROR, Cause.COMPILE_ERROR, Cause.IMPORT_ERROR, Cause.UNSUPPORTED_GPU, Cause.ILLEGAL_ADDRESS,
                 Cause.DEVICE_ASSERT, Cause.MISALIGNED, Cause.LAUNCH_FAILURE, Cause.ILLEGAL_INSTRUCTION,
                 Cause.OUT_OF_MEMORY, Cause.CRASH, Cause.TIMEOUT, Cause.NOT_RUN, Cause.MALFORMED, Cause.UNWRITTEN}
-# Lines of a worker's log that are the tracer's, not the learner's (torch's profiler announces itself).
-_LOG_NOISE = re.compile(r"^\s*(USDT:|\S*\s*\S*SyncActivityProfilerHandler|STAGE:\d|\[W\d+ .*profiler)")
+# Lines of a worker's log that are the tracer's, not the learner's (torch's profiler announces itself) ...
+_PROFILER_LINE = r"USDT:|\S*\s*\S*SyncActivityProfilerHandler|STAGE:\d|\[W\d+ .*profiler"
+# ... and the C library's allocator finding its heap corrupted as the process ends (a write past a buffer, seen
+# late: the message names no kernel and no index, so the verdict says what it means instead), and the list of
+# extension modules Python prints after a fatal signal.
+_ALLOCATOR_LINE = (r"(double free or corruption|free\(\): |malloc\(\): |realloc\(\): |munmap_chunk\(\): |"
+                   r"malloc_consolidate\(\): |corrupted (size vs\. prev_size|double-linked list)|"
+                   r"\*\*\* (stack smashing|buffer overflow) detected)")
+_LOG_NOISE = re.compile(rf"^\s*({_PROFILER_LINE}|{_ALLOCATOR_LINE}|Extension modules: )")
+_ALLOCATOR = re.compile(rf"^\s*{_ALLOCATOR_LINE}", re.M)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
@@ -179,8 +187,13 @@ def partial(r) -> bool:
 
 
 def clean_log(log: str) -> str:
-    """A worker's output without the tracer's own lines."""
+    """A worker's output without the tracer's own lines and the allocator's."""
     return "\n".join(line for line in (log or "").splitlines() if not _LOG_NOISE.match(line)).strip()
+
+
+def heap_corrupted(log: str) -> bool:
+    """Whether the C library's allocator said that the heap was corrupted (a write past a buffer)."""
+    return bool(_ALLOCATOR.search(log or ""))
 
 
 def _case_name(c) -> str:
@@ -189,15 +202,97 @@ def _case_name(c) -> str:
     return f"{c.problem} (seed {c.seed})" if c.seed is not None else str(c.problem)
 
 
+def _case_short(c) -> str:
+    """A case in a list of cases: its problem and its seed ("B2 H3 S37 D64 causal seed 7")."""
+    return f"{c.problem} seed {c.seed}" if c.seed is not None else str(c.problem)
+
+
+# ---------------------------------------------------------------- what the failing cases share
+_PROBLEM = re.compile(r"^B(\d+) H(\d+) S(\d+) D(\d+)( causal)?(?: logits×(\S+))?")
+
+
+def traits(name) -> dict | None:
+    """What a case's problem name says about it: B, H, S, D, causal, large logits (None: not a problem name)."""
+    m = _PROBLEM.match(str(name or ""))
+    if not m:
+        return None
+    B, H, S, D = (int(m.group(i)) for i in range(1, 5))
+    return {"B": B, "H": H, "S": S, "D": D, "causal": bool(m.group(5)), "large logits": bool(m.group(6))}
+
+
+# (words, test): the properties a set of failing cases can share, most telling first. Of two that both hold,
+# the second of a pair marked as implied is left out ("S not a multiple of 16" implies "... of 64").
+_SHARED = (
+    ("causal", lambda t: t["causal"]),
+    ("not causal", lambda t: not t["causal"]),
+    ("large logits", lambda t: t["large logits"]),
+    ("S not a multiple of 16", lambda t: t["S"] % 16 != 0),
+    ("S not a multiple of 64", lambda t: t["S"] % 64 != 0),
+    ("B > 1", lambda t: t["B"] > 1),
+    ("H > 1", lambda t: t["H"] > 1),
+    ("B > 1 or H > 1", lambda t: t["B"] * t["H"] > 1),
+    ("D = 128", lambda t: t["D"] == 128),
+    ("D = 64", lambda t: t["D"] == 64),
+)
+_IMPLIED = {"S not a multiple of 64": "S not a multiple of 16", "B > 1 or H > 1": ("B > 1", "H > 1")}
+
+
+def shared_by_failures(checks) -> str:
+    """One line: what every failing case has and some passing case lacks (so every case without it passes),
+    from the problems' names; the last rows when every failure is a tail. '' when they share nothing, when
+    nothing fails, or nothing passes."""
+    cases = [(c, traits(c.problem)) for c in checks]
+    cases = [(c, t) for c, t in cases if t is not None]
+    bad = [t for c, t in cases if not c.ok]
+    good = [t for c, t in cases if c.ok]
+    if not bad or not good:
+        return ""
+    found = [w for w, test in _SHARED if all(test(t) for t in bad) and not all(test(t) for t in good)]
+    for weaker, stronger in _IMPLIED.items():
+        stronger = (stronger,) if isinstance(stronger, str) else stronger
+        if weaker in found and any(x in found for x in stronger):
+            found.remove(weaker)
+    tails = all(str(c.cause) == str(Cause.TAIL) for c, _ in cases if not c.ok)
+    if not found and not tails:
+        return ""
+    line = f"the {len(bad)} failing case{'s' if len(bad) > 1 else ''} of {len(cases)}"
+    if found:
+        line += (f" share: {', '.join(found)} — every case without "
+                 + ("it" if len(found) == 1 else "one of these") + " passes")
+    if tails:
+        line += ("; " if found else ": ") + "each fails only in its last rows (past the last whole block)"
+    return line[0].upper() + line[1:] + "."
+
+
+LARGE_LOGITS_HINT = (
+    "Only the large-logit cases fail, and every ordinary case passes: the exponentials overflow. exp(s) is inf in "
+    "fp32 above s ≈ 88.7 (so is Triton's exp2(s·log2 e): 2^128), and a value cast to fp16 is inf above 65504 "
+    "(e^s for s > 11.1); inf/inf or inf − inf is then NaN. Subtract the row's running max before exponentiating "
+    "(softmax(s) = softmax(s − max s), so every p ≤ 1), and cast to fp16 only what stays in its range "
+    "(p after the max is subtracted; the output after dividing by the sum).")
+
+
+def large_logits_only(checks) -> bool:
+    """The same kernel right on the ordinary cases and wrong only on large-logit ones: every failing case has
+    large logits and its output was compared (no crash), and at least one ordinary case passed."""
+    seen = {id(c) for c in compared(checks)}
+    bad = [c for c in checks if not c.ok]
+    if not bad or not all(id(c) in seen and (traits(c.problem) or {}).get("large logits") for c in bad):
+        return False
+    return any(c.ok and traits(c.problem) is not None and not traits(c.problem)["large logits"] for c in checks)
+
+
 def case_failures(checks) -> list[str]:
     """One message per distinct failure: cases that failed the same way (the same message, or one that
-    differs only in its numbers) are one entry, with how many and which."""
+    differs only in its numbers) are one entry, with how many and which (problem and seed each). When only
+    the large-logit cases fail and every ordinary one passes, the entry of those failures says what that means."""
     groups: dict[tuple, list] = {}
     for c in checks:
         if c.ok:
             continue
         msg = (c.message or "").strip() or str(c.cause or Cause.WRONG)
         groups.setdefault((str(c.cause), _NUMBER.sub("#", msg)), []).append(c)
+    hint = large_logits_only(checks)
     out = []
     for cs in groups.values():
         first = cs[0]
@@ -206,15 +301,18 @@ def case_failures(checks) -> list[str]:
             name = _case_name(first)
             text = f"{name}: {msg}" if name else msg
         else:
-            names = list(dict.fromkeys(str(c.problem) for c in cs if c.problem and str(c.problem) != "None"))
-            shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
+            names = list(dict.fromkeys(_case_short(c) for c in cs if c.problem and str(c.problem) != "None"))
+            shown = ", ".join(names[:4]) + (f", and {len(names) - 4} more" if len(names) > 4 else "")
             same = all((c.message or "").strip() == (first.message or "").strip() for c in cs)
             text = f"{msg} ({len(cs)} cases" + (f": {shown}" if shown else "")
             if not same:
-                text += "; numbers from the first" + (f", seed {first.seed}" if first.seed is not None else "")
+                text += "; the numbers are from the first" + (f", {_case_short(first)}" if first.problem else "")
             text += ")"
+        if hint:
+            text += "\n  " + LARGE_LOGITS_HINT
+            hint = False
         log = clean_log(first.log)
-        if log:
+        if log and log not in text:
             text += f"\n  worker output: {log}"
         out.append(text)
     return out
@@ -250,6 +348,7 @@ def _is_syntax_finding(f: dict) -> bool:
 def decide(r, ch: Chapter) -> None:
     """Fill ``r.verdict``, ``r.scope``, ``r.summary``, ``r.failures`` from the evidence already in the report."""
     r.failures, causes = [], []
+    r.shared = shared_by_failures(r.checks)
 
     def fail(cause, message):
         causes.append(cause)
@@ -282,6 +381,11 @@ def decide(r, ch: Chapter) -> None:
             continue
         for cause, msg in zip(t.causes, t.messages + [""] * len(t.causes)):
             fail(cause, msg)
+        # A timed output that re-checks wrong fails whatever the timing: a disturbance never turns it into
+        # "re-run" (which would invite running a cheat again until the timing is clean).
+        if not t.recheck_ok and Cause.TIMED_OUTPUT_WRONG not in t.causes:
+            fail(Cause.TIMED_OUTPUT_WRONG, f"{t.problem}: the output of a timed call is wrong"
+                 + (f": {t.recheck_message}" if t.recheck_message else ""))
         if t.disturbed:
             disturbed.append(f"{t.problem}: {t.disturbed}")
         elif not t.causes:

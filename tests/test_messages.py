@@ -1,0 +1,110 @@
+"""The messages a wrong submission gets name its real cause, and not a wrong one (issue 27): NaN the kernel
+computed is not "wrote nothing"; the large-logit hint only when the ordinary cases pass; what the failing
+cases share, in one line above the table; a crash's log without the profiler's and allocator's lines.
+Most run the rules on synthetic reports; two grade real wrong kernels on the CPU (chapter 4 through Triton's
+interpreter, chapter 1 in the CUDA emulation)."""
+import pytest
+
+from flashtutor.chapters import Chapter, SpeedRule
+from flashtutor.grading.evidence import Cause, CaseResult, Verdict
+from flashtutor.grading.report import Report
+from flashtutor.grading.rules import LARGE_LOGITS_HINT, decide, shared_by_failures
+
+TRITON = Chapter(key="T", slug="t", title="t", kind="triton", check_sets=("cpu",), causal=True,
+                 speed=SpeedRule(max_ratio_vs_sdpa=2.0))
+ORDINARY = ("B2 H2 S1 D64", "B2 H3 S37 D64", "B1 H2 S70 D128")
+LARGE = ("B2 H3 S37 D64 logits×36", "B2 H3 S37 D64 causal logits×36",
+         "B1 H2 S70 D128 logits×36", "B1 H2 S70 D128 causal logits×36")
+NAN = "2000 of 14208 output elements are NaN computed by the kernel (not the grader's never-written pre-fill)"
+
+
+def graded(fail: dict) -> Report:
+    """A CPU report of the ordinary shapes (causal and not) and the large-logit ones; the problems in ``fail``
+    fail with (cause, message)."""
+    r = Report(chapter="T", title="t", path="x.py", device="cpu", execution="interpreted", env={"gpu": "none"})
+    names = [p + c for p in ORDINARY for c in ("", " causal")] + list(LARGE)
+    for i, name in enumerate(names):
+        if name in fail:
+            cause, msg = fail[name]
+            err = float("nan") if cause == Cause.CRASH else float("inf")      # a crash compared nothing
+            r.checks.append(CaseResult(name, 100 + i, False, cause, msg, err=err, bound=1e-3))
+        else:
+            r.checks.append(CaseResult(name, 100 + i, True, err=1e-4, bound=2e-4))
+    decide(r, TRITON)
+    return r
+
+
+def test_the_large_logit_hint_only_when_the_ordinary_cases_pass():
+    only_large = graded({n: (Cause.NAN, NAN) for n in LARGE})
+    assert only_large.verdict == Verdict.FAIL
+    text = "\n".join(only_large.failures)
+    assert text.count(LARGE_LOGITS_HINT) == 1
+    assert "running max" in text and "exp2" in text and "65504" in text and "fp16" in text
+    assert only_large.shared.startswith("The 4 failing cases of 10 share: large logits"), only_large.shared
+    # A kernel that does subtract the max but is wrong elsewhere too: NaN on large logits and on ordinary cases.
+    everywhere = graded({**{n: (Cause.NAN, NAN) for n in LARGE}, "B2 H3 S37 D64 causal": (Cause.NAN, NAN)})
+    assert LARGE_LOGITS_HINT not in "\n".join(everywhere.failures)
+    assert "overflow" not in "\n".join(everywhere.failures)
+    # A crash on a large-logit case is not an overflow either: its output was never compared.
+    crash = graded({LARGE[0]: (Cause.CRASH, "the process was killed by signal 11 (segmentation fault)")})
+    assert LARGE_LOGITS_HINT not in "\n".join(crash.failures)
+
+
+def test_grouped_failures_list_cases_and_one_line_says_what_they_share():
+    """Five causal cases fail the same way: the entry lists the cases (problem and seed), and the line above
+    the table says they are the causal ones; the report shows that line above the correctness table."""
+    causal = [n for n in (p + " causal" for p in ORDINARY)] + [LARGE[1], LARGE[3]]
+    r = graded({n: (Cause.NAN, NAN) for n in causal})
+    (entry,) = r.failures
+    assert "(5 cases: B2 H2 S1 D64 causal seed 101, B2 H3 S37 D64 causal seed 103, " in entry, entry
+    assert "and 1 more)" in entry
+    assert r.shared == "The 5 failing cases of 10 share: causal — every case without it passes.", r.shared
+    assert "large logits" not in r.shared and "D = 128" not in r.shared
+    text = str(r)
+    assert text.index(r.shared) < text.index("┃ problem") and text.count(r.shared) == 1
+    html = r._repr_html_()
+    assert html.index("share: causal") < html.index("<table>")
+    assert LARGE_LOGITS_HINT not in entry
+
+
+@pytest.mark.parametrize("fail,words", [
+    (("B1 H2 S70 D128", "B1 H2 S70 D128 causal", "B1 H2 S70 D128 logits×36", "B1 H2 S70 D128 causal logits×36"),
+     "share: D = 128"),
+    (("B2 H3 S37 D64", "B2 H3 S37 D64 causal", "B2 H3 S37 D64 logits×36", "B2 H3 S37 D64 causal logits×36"),
+     "share: B > 1, D = 64"),
+])
+def test_the_shared_line_names_the_dimension(fail, words):
+    r = graded({n: (Cause.WRONG, "error 0.3 > allowed 0.001") for n in fail})
+    assert words in r.shared, r.shared
+    assert "causal" not in r.shared and "large logits" not in r.shared
+
+
+def test_nothing_shared_is_no_line():
+    r = graded({"B2 H3 S37 D64": (Cause.WRONG, "x"), "B1 H2 S70 D128 causal": (Cause.WRONG, "y"),
+                "B2 H2 S1 D64 causal": (Cause.WRONG, "z")})
+    assert r.shared == "" and shared_by_failures(r.checks) == ""
+    assert shared_by_failures([CaseResult("B2 H3 S37 D64", 1, False, Cause.WRONG)]) == ""   # nothing passed
+
+
+def test_shared_s_not_a_multiple_and_the_last_rows():
+    checks = [CaseResult("B2 H3 S113 D64", 1, False, Cause.TAIL, "rows s ≥ 64 were never written"),
+              CaseResult("B3 H2 S1023 D64", 2, False, Cause.TAIL, "rows s ≥ 1008 were never written"),
+              CaseResult("B1 H16 S1024 D64", 3, True), CaseResult("B8 H16 S128 D64", 4, True)]
+    line = shared_by_failures(checks)
+    assert "S not a multiple of 16" in line and "multiple of 64" not in line, line
+    assert "last rows" in line
+
+
+def test_a_crash_log_loses_the_profilers_and_the_allocators_lines():
+    log = ("USDT:2026-11-23 18:32:20 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+           "STAGE:2026-11-23 18:32:20 1:1 ActivityProfilerController.cpp:314] Completed Stage: Warm Up\n"
+           "[W1123 18:32:21.000 profiler_kineto.cpp:120] Warning: profiler stopped\n"
+           "double free or corruption (out)\n"
+           "my debug print: row 36\n")
+    r = graded({"B2 H3 S37 D64": (Cause.CRASH, "the process was killed by signal 6 (abort)")})
+    r.checks[2].log = log
+    decide(r, TRITON)
+    text = "\n".join(r.failures)
+    assert "my debug print: row 36" in text
+    for noise in ("USDT", "SyncActivityProfilerHandler", "STAGE:", "profiler_kineto", "double free"):
+        assert noise not in text, noise
