@@ -3,7 +3,7 @@
 With ``s = scale · Q Kᵀ`` (``scale = 1/sqrt(D)``, keys j > i masked to −∞ when causal), ``P = softmax(s)`` row by
 row, ``O = P V`` and ``dO`` the gradient of the loss with respect to O:
 
-    dV = Pᵀ dO        dP = dO Vᵀ        dS = P ∘ (dP − rowsum(dO ∘ O))        dQ = scale · dS K        dK = scale · dSᵀ Q
+    dV = Pᵀ dO      dP = dO Vᵀ      dS = P ∘ (dP − rowsum(dO ∘ O))      dQ = scale · dS K      dK = scale · dSᵀ Q
 
 (rowsum(dO ∘ O) = rowsum(P ∘ dP) because O = P V: the softmax Jacobian's correction term, ``delta`` in the kernels.)
 :func:`reference_grads` evaluates these formulas in float64, one group of (b, h) slabs at a time;
@@ -23,8 +23,11 @@ machine (torch 2.13, B2 H3 S70 D64, q and k ×6, seed 0): on the worst dQ row, t
 fp32 throughout) was off by 1.7e-5, a float32 evaluation of the formulas by 6e-5, and the FA2-precision evaluation by
 6e-3 — the last from delta: rounding O to fp16 moves rowsum(dO ∘ O) by ~2^-11·|O||dO|·sqrt(D), and that error reaches
 every dS_ij of the row. With large logits (nearly one-hot rows) dQ and dK are small differences, so that error is large
-relative to them. Against CPU SDPA no fp16-tensor-core backward passes those rows; ``scripts/ch08_gpu.py`` prints,
-per shape, how the FA2-precision error compares with the real SDPA backends' on a GPU. The log-sum-exp, an fp32 output with no SDPA counterpart in the public API, gets a fixed bound
+relative to them. Against CPU SDPA, a kernel that rounds where the tensor cores do fails those rows (this chapter's
+solution did, by 14× to 40×); ``scripts/ch08_gpu.py`` prints, per shape, how the FA2-precision error compares with
+the real SDPA backends' on a GPU.
+
+The log-sum-exp, an fp32 output with no SDPA counterpart in the public API, gets a fixed bound
 (:data:`LSE_ABS`, :data:`LSE_REL`): an error δ in lse_i multiplies row i of the recomputed P by e^(−δ).
 
 One term is added to the bounds of dQ and dK, because the backward receives O in fp16 (the forward's output) and so
@@ -238,8 +241,9 @@ def check_tensor(name: str, got: torch.Tensor, ref: torch.Tensor, sdpa_out: torc
     res.worst = {"index": (*r, d), "expected": ref[(*r, d)].item(), "got": g[(*r, d)].item()}
     res.ok = res.err <= res.bound
     verdict = "ok" if res.ok else "FAIL"
+    plus = " + delta allowance" if extra is not None else ""
     res.message = (f"{name}: {verdict}: worst row [b={r[0]}, h={r[1]}, s={r[2]}] error {res.err:.3g} vs allowed "
-                   f"{res.bound:.3g} (2x SDPA's {res.sdpa_err:.3g} + 1 fp16 ulp{' + delta allowance' if extra is not None else ''}); margin {res.margin:.3g}")
+                   f"{res.bound:.3g} (2x SDPA's {res.sdpa_err:.3g} + 1 fp16 ulp{plus}); margin {res.margin:.3g}")
     return res
 
 
@@ -261,7 +265,8 @@ def check_lse(lse: torch.Tensor, ref_lse: torch.Tensor) -> GradCheck:
     res.margin = res.bound / res.err if res.err > 0 else float("inf")
     res.ok = res.err <= res.bound
     res.message = (f"lse: {'ok' if res.ok else 'FAIL'}: worst row [b={r[0]}, h={r[1]}, s={r[2]}] error "
-                   f"{res.err:.3g} vs allowed {res.bound:.3g} (expected {ref_lse[r].item():.6g}, got {g[r].item():.6g})")
+                   f"{res.err:.3g} vs allowed {res.bound:.3g} (expected {ref_lse[r].item():.6g}, "
+                   f"got {g[r].item():.6g})")
     return res
 
 
@@ -271,6 +276,17 @@ def check_grads(got: dict, ref: dict, sdpa: dict, names=NAMES) -> list[GradCheck
     if "lse" in got and "lse" in ref:
         out.append(check_lse(got["lse"], ref["lse"]))
     return out
+
+
+def check_kernel(forward, backward, q, k, v, do, *, causal: bool = False, ref: dict | None = None,
+                 baseline: dict | None = None) -> list[GradCheck]:
+    """Run ``forward(q, k, v, causal=) -> (o, lse)`` and ``backward(q, k, v, o, lse, do, causal=) -> (dq, dk, dv)``
+    and apply the rule to o, dq, dk, dv and lse (``ref`` and ``baseline`` are computed when not given)."""
+    ref = ref if ref is not None else reference_grads(q, k, v, do, causal=causal)
+    baseline = baseline if baseline is not None else baseline_grads(q, k, v, do, causal=causal)[1]
+    o, lse = forward(q, k, v, causal=causal)
+    dq, dk, dv = backward(q, k, v, o, lse, do, causal=causal)
+    return check_grads(dict(o=o, lse=lse, dq=dq, dk=dk, dv=dv), ref, baseline)
 
 
 # ------------------------------------------------------------------------------------------------ cost -------------
