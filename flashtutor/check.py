@@ -33,6 +33,7 @@ from .problems import Problem, reference
 
 RATIO = 2.0                 # allowed error relative to SDPA's own fp16 error
 FP16_ULP_AT_1 = 2.0 ** -10  # fp16 has 10 explicit mantissa bits: ulp(x) <= x * 2^-10
+FP16_EXP_LIMIT = math.log(65504.0)   # ≈ 11.09: e^s above this is inf once cast to fp16
 PLAIN_NAN_BITS = 0x7E00     # torch's fp16 fill_(nan): the judge's pre-fill before the never-written pattern
 
 
@@ -204,16 +205,14 @@ def _explain_computed(p: Problem, q, k, v, o: torch.Tensor, bad: torch.Tensor, r
     bad_s = rows_bad.any(dim=0).any(dim=0)               # [S]
     rows = bad_s.nonzero().flatten().tolist()
     hints = []
-    # A row with no key: under the causal mask row 0 keeps exactly one key (j = 0), so NaN there is 0/0.
-    if p.causal and rows and rows[0] == 0:
-        if rows == [0]:
-            where = "only in row s = 0"
-        else:
-            where = f"in row s = 0 and {len(rows) - 1} other row{'s' if len(rows) > 2 else ''}"
-        shifted = _matches_strict_causal(q, k, v, o, b, h, row_bound, ref)
-        hints.append(f"The {what} is {where}, which keeps a single key (j = 0) under the causal mask: a row left with "
-                     f"zero keys gives 0/0 (its max is −inf and its sum 0). An off-by-one in the mask? Row i keeps "
-                     f"keys j ≤ i, i + 1 of them"
+    # A row with no key: under the causal mask row 0 keeps exactly one key (j = 0), so NaN there is 0/0 — when
+    # the NaN is in row 0 alone (and the logits are ordinary), or the other rows match the mask shifted by one.
+    shifted = p.causal and bool(rows) and rows[0] == 0 and _matches_strict_causal(q, k, v, o, b, h, row_bound, ref)
+    if p.causal and (shifted or (rows == [0] and p.qk_std == 1.0)):
+        others = f" (and {len(rows) - 1} other row{'s' if len(rows) > 2 else ''})" if len(rows) > 1 else ""
+        hints.append(f"Row s = 0 has it{others}; under the causal mask row 0 keeps a single key (j = 0), and a row "
+                     f"left with zero keys gives 0/0 (its max is −inf and its sum 0). An off-by-one in the mask? "
+                     f"Row i keeps keys j ≤ i, i + 1 of them"
                      + ("; the other rows match attention with keys j < i, i.e. the diagonal masked too." if shifted
                         else "."))
     elif rows and rows[0] > 0 and rows == list(range(rows[0], S)) and S > 1:
@@ -224,8 +223,8 @@ def _explain_computed(p: Problem, q, k, v, o: torch.Tensor, bad: torch.Tensor, r
         some = [(bb, hh) for bb in range(B) for hh in range(H) if per_bh[bb, hh]]
         hints.append(f"Only (b, h) = {some[:4]}{' …' if len(some) > 4 else ''} have it, of {B}×{H}: an offset that "
                      f"reaches another slab or past the buffer (stride of a head S·D, of a batch H·S·D).")
-    if p.qk_std > 1:
-        top = _largest_score(q, k, b, h, rows[:64], p.causal)
+    top = _largest_score(q, k, b, h, rows[:64], p.causal) if p.qk_std > 1 and not shifted else -math.inf
+    if top > FP16_EXP_LIMIT:             # exp of the largest score overflows at least fp16 where the NaN is
         hints.append(f"This case has large logits (q and k scaled by {p.qk_std:g}): the row max of q·kᵀ/√D "
                      f"reaches {top:.4g} in the first rows that have it; exp(s) overflows fp32 above s ≈ 88.7 "
                      f"(so does exp2(s·log2 e)), and a value cast to fp16 overflows above 65504 (e^s for s > 11.1).")

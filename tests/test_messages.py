@@ -108,3 +108,56 @@ def test_a_crash_log_loses_the_profilers_and_the_allocators_lines():
     assert "my debug print: row 36" in text
     for noise in ("USDT", "SyncActivityProfilerHandler", "STAGE:", "profiler_kineto", "double free"):
         assert noise not in text, noise
+
+
+# ---------------------------------------------------------------- real wrong kernels, graded on the CPU
+def _mutated(key: str, edits: dict, folder):
+    """The chapter's solution with ``edits`` ({file: [(old, new)]}) in ``folder``: a learner's wrong files."""
+    from flashtutor.chapters import get_chapter
+    ch = get_chapter(key)
+    folder.mkdir(parents=True, exist_ok=True)
+    for fname in ch.files:
+        text = (ch.solution_dir / fname).read_text()
+        for old, new in edits.get(fname, []):
+            assert text.count(old) == 1, (fname, old)
+            text = text.replace(old, new)
+        (folder / fname).write_text(text)
+    return folder / ch.entry
+
+
+def test_a_triton_kernel_without_the_running_max_gets_the_overflow_hint_not_wrote_nothing(tmp_path):
+    """Chapter 4 with the max fixed at 0 (exp2 of the raw scores): right on the ordinary cases, NaN on the
+    large-logit ones. Each of those says the kernel computed NaN and the case has large logits; the report
+    says only the large-logit cases fail and what overflows — never that the kernel wrote nothing."""
+    from flashtutor import grade
+    path = _mutated("04", {"attention.py": [(
+        "m_new = tl.maximum(m_i, tl.max(scores, axis=1))       # [BLOCK_M] the max including this block",
+        "m_new = tl.zeros_like(m_i)                            # no running max: exp2 of the raw scores")]},
+        tmp_path / "nomax")
+    r = grade("04", path, device="cpu", progress=False)
+    bad = [c for c in r.checks if not c.ok]
+    assert r.verdict == "fail" and bad and all("logits" in c.problem for c in bad), [(c.problem, c.cause) for c in bad]
+    assert {str(c.cause) for c in bad} == {"nan"}, {str(c.cause) for c in bad}
+    assert all("large logits" in c.message and "computed by the kernel" in c.message for c in bad), bad[0].message
+    text = "\n".join(r.failures)
+    assert "wrote nothing" not in text and "never written" not in text and "zero keys" not in text
+    assert text.count(LARGE_LOGITS_HINT) == 1 and "share: large logits" in r.shared, (r.shared, text)
+
+
+def test_a_cuda_causal_off_by_one_is_0_over_0_in_a_row_with_zero_keys(tmp_path):
+    """Chapter 1 with n_keys = i under the causal mask (keys j < i): row 0 has no key and its output is 0/0,
+    emulated on the CPU. The message names the empty row and the off-by-one, not 'wrote nothing' nor an
+    overflow; only the causal cases fail, and the line above the table says so."""
+    from flashtutor import grade
+    path = _mutated("01", {"attention.cu": [("const int n_keys = causal ? i + 1 : S;",
+                                             "const int n_keys = causal ? i : S;")]}, tmp_path / "offbyone")
+    r = grade("01", path, device="cpu", progress=False)
+    if r.execution != "emulated":
+        pytest.skip(f"no CPU emulation of CUDA here ({r.headline})")
+    bad = [c for c in r.checks if not c.ok]
+    assert bad and all("causal" in c.problem for c in bad) and {str(c.cause) for c in bad} == {"nan"}, \
+        [(c.problem, str(c.cause), c.message[:80]) for c in bad]
+    text = "\n".join(r.failures)
+    assert "s = 0" in text and "zero keys" in text and "0/0" in text and "off-by-one" in text, text
+    assert "wrote nothing" not in text and "never written" not in text and "overflow" not in text
+    assert "share: causal" in r.shared, r.shared
