@@ -164,8 +164,9 @@ def _doctor(_a) -> int:
     from .env import chapters_enabled, doctor
     rows = doctor()
     t = Table(title="flashtutor doctor")
-    for c in ("check", "ok", "detail"):
-        t.add_column(c)
+    t.add_column("check", no_wrap=True)
+    t.add_column("ok", no_wrap=True)
+    t.add_column("detail", overflow="fold")           # a long path folds onto the next line, never cut with "…"
     for what, ok, detail in rows:
         t.add_row(what, "[green]yes[/]" if ok else "[red]no[/]", detail)
     c = Table(title="what each chapter can do here")
@@ -180,6 +181,9 @@ def _doctor(_a) -> int:
         c.add_row(name, short.get(cap.execution, cap.execution), "[green]yes[/]" if cap.speed else "[red]no[/]",
                   cap.note)
     con = Console()
+    if not con.is_terminal:      # into a file or a pipe (rich's width is then 80): wide enough for every path
+        widest = max(len(what) for what, _, _ in rows) + max(len(w) for _, _, d in rows for w in d.split()) + 16
+        con = Console(width=max(con.width, min(widest, 400)))
     con.print(t)
     con.print(c)
     return 0

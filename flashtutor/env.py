@@ -267,9 +267,41 @@ def doctor() -> list[tuple[str, bool, str]]:
         rows.append(("CUTLASS headers", False,
                      f"pip install nvidia-cutlass ({type(e).__name__}); only chapter 5 needs them"))
     emu = emulation_available()
-    rows.append(("CPU emulation (g++)", emu, "CUDA kernels build for the CPU: correctness of chapters 1–3 without a GPU"
-                 if emu else "needs g++ 12 or newer (C++20, _Float16): without it, CUDA chapters only compile on a CPU"))
+    on_cpu = cpu_chapters()
+    rows.append(("CPU emulation (g++)", emu,
+                 f"CUDA kernels build for the CPU: correctness of chapters {on_cpu['emulated']} without a GPU "
+                 f"(chapters {on_cpu['interpreted']} run through Triton's interpreter)" if emu else
+                 "needs g++ 12 or newer (C++20, _Float16): without it, CUDA chapters only compile on a CPU"))
     return rows
+
+
+def cpu_chapters() -> dict[str, str]:
+    """Which chapters run without a GPU, and how, in words ("1–3 and 5"), by :func:`capability` on a machine
+    with the emulation and Triton but no GPU: {"emulated": ..., "interpreted": ...} (what the README says)."""
+    from .chapters import CHAPTERS
+    info = {"gpu": False, "cc": None, "triton": True, "nvrtc": True, "nvcc": False, "cutlass": False,
+            "emulation": True}
+    out: dict[str, list[int]] = {"emulated": [], "interpreted": [], "cpu": []}
+    for key, ch in CHAPTERS.items():
+        ex = capability(ch, info).execution
+        if ex in out and str(key).isdigit():
+            out[ex].append(int(key))
+    return {ex: spans(ns) for ex, ns in out.items()}
+
+
+def spans(numbers) -> str:
+    """[1, 2, 3, 5] -> "1–3 and 5"; [4, 6] -> "4 and 6"."""
+    ns = sorted(set(numbers))
+    parts: list[str] = []
+    for n in ns:
+        if parts and parts[-1][1] == n - 1:
+            parts[-1][1] = n
+        else:
+            parts.append([n, n])
+    words = [f"{a}" if a == b else f"{a}, {b}" if b == a + 1 else f"{a}–{b}" for a, b in parts]
+    if len(words) < 2:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def chapters_enabled(rows) -> list[tuple[str, Capability]]:

@@ -160,3 +160,24 @@ def test_the_package_reaches_its_submodules_as_attributes_without_importing_them
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert "64" in run.stdout and "AttributeError module 'flashtutor' has no attribute 'no_such_module'" in run.stdout
+
+
+def test_doctor_agrees_with_the_readme_and_prints_whole_paths():
+    """The emulation row names the chapters the README names (1–3 and 5 emulated, 4 and 6 interpreted), and no
+    path is cut at rich's default 80 columns when the output goes to a pipe."""
+    from flashtutor.env import cpu_chapters, doctor
+    on_cpu = cpu_chapters()
+    assert on_cpu["emulated"] == "1–3 and 5" and on_cpu["interpreted"] == "4 and 6", on_cpu
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"chapters {on_cpu['emulated']} run through a CPU emulation" in readme
+            and f"chapters {on_cpu['interpreted']} through Triton's interpreter" in readme)
+    env = dict(os.environ, COLUMNS="80", PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "flashtutor", "doctor"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "…" not in p.stdout
+    paths = [w.strip("()") for _, _, d in doctor() for w in d.split() if w.strip("()").startswith("/")]
+    assert paths and all(x in p.stdout for x in paths), [x for x in paths if x not in p.stdout]
+    if "CPU emulation (g++)" in p.stdout and "yes" in p.stdout.split("CPU emulation (g++)")[1][:20]:
+        row = " ".join(p.stdout.split("CPU emulation (g++)")[1].split("└")[0].replace("│", " ").split())
+        assert "chapters 1–3 and 5" in row and "chapters 4 and 6" in row, row
