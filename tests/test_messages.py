@@ -161,3 +161,58 @@ def test_a_cuda_causal_off_by_one_is_0_over_0_in_a_row_with_zero_keys(tmp_path):
     assert "s = 0" in text and "zero keys" in text and "0/0" in text and "off-by-one" in text, text
     assert "wrote nothing" not in text and "never written" not in text and "overflow" not in text
     assert "share: causal" in r.shared, r.shared
+
+
+# ---------------------------------------------------------------- a crash of an emulated kernel
+PROFILER_AND_ALLOCATOR = (
+    "USDT:2026-11-27 10:02:11 4711:4711 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+    "STAGE:2026-11-27 10:02:11 4711:4711 ActivityProfilerController.cpp:314] Completed Stage: Warm Up\n"
+    "[W1127 10:02:12.000000000 profiler_python.cpp:1029] Warning: profiler stopped\n"
+    "double free or corruption (out)\n")
+
+
+def test_an_emulated_kernel_killed_by_abort_is_called_an_out_of_bounds_access():
+    from flashtutor.grading.spawn import crash_message
+    msg = crash_message(-6, PROFILER_AND_ALLOCATOR + "row 36 of 37\n", emulated=True)
+    assert msg.startswith("the process was killed by signal 6 (abort): an emulated kernel most likely read or "
+                          "wrote past the end of a buffer"), msg
+    assert "heap corrupted" in msg and "--sanitize" in msg and "row 36 of 37" in msg
+    for noise in ("USDT", "SyncActivityProfilerHandler", "STAGE:", "profiler_python", "double free"):
+        assert noise not in msg, noise
+    segv = crash_message(-11, "", emulated=True)
+    assert "segmentation fault" in segv and "past the end of a buffer" in segv and "last output" not in segv
+
+
+def test_a_crash_that_is_not_an_emulated_kernel_is_not_called_out_of_bounds():
+    from flashtutor.grading.spawn import crash_message
+    gpu = crash_message(-6, "terminate called after throwing an instance of 'c10::Error'\n", emulated=False)
+    assert "past the end of a buffer" not in gpu and "c10::Error" in gpu
+    killed = crash_message(-9, PROFILER_AND_ALLOCATOR.replace("double free or corruption (out)\n", ""),
+                           emulated=True)
+    assert "out of bounds" not in killed and "USDT" not in killed
+    assert killed == "the process was killed by signal 9 (killed)"
+    exited = crash_message(1, "Traceback (most recent call last):\nKeyError: 'x'\n", emulated=True)
+    assert "out of bounds" not in exited and "KeyError" in exited
+
+
+def test_the_emulated_method_line_does_not_contradict_an_out_of_bounds_verdict():
+    from flashtutor.grading.judge import EMULATED_METHOD
+    assert "memory faults past your buffers" not in EMULATED_METHOD
+    assert "crashes the process" in EMULATED_METHOD and "--sanitize" in EMULATED_METHOD
+
+
+def test_a_real_emulated_write_past_the_output_reads_as_an_out_of_bounds_access(tmp_path):
+    """Chapter 1 with a row stride of S·D for O (tests/adversarial/ch01_mutations.py's oob_write), emulated on the
+    CPU: the worker dies; the verdict says it is probably an access past a buffer, points at --sanitize, and
+    shows none of the profiler's lines."""
+    from adversarial.ch01_mutations import materialize
+
+    from flashtutor import grade
+    r = grade("01", materialize("oob_write", tmp_path / "oob"), device="cpu", progress=False)
+    if r.execution != "emulated":
+        pytest.skip(f"no CPU emulation of CUDA here ({r.headline})")
+    assert r.verdict == "fail" and "crash" in r.causes, r.headline
+    text = "\n".join(r.failures)
+    assert "past the end of a buffer" in text and "--sanitize" in text, text
+    assert "USDT" not in text and "SyncActivityProfilerHandler" not in text and "STAGE:" not in text
+    assert "wrote nothing" not in text

@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 LOSES_WORKER = {Cause.TIMEOUT, Cause.CRASH} | {c for _, c in CUDA_FATAL}
 EMULATED_METHOD = ("execution: emulated on the CPU — your .cu files compiled with g++ against flashtutor.emulate and "
                    "run in the worker process, one fiber per CUDA thread, blocks one after another, on CPU tensors; "
-                   "barriers, masks, indexing and fp32/fp16 math run as written, but data races, memory faults past "
-                   "your buffers and speed are not seen here (nothing is timed): grade on a GPU for those. Every call "
-                   "is traced: one of your kernels must run, and no library matmul, softmax or attention")
+                   "barriers, masks, indexing and fp32/fp16 math run as written; an access past your buffers is seen "
+                   "only when it crashes the process (reported as a probable out-of-bounds access), and data races "
+                   "and speed are not seen here (nothing is timed): grade on a GPU, with --sanitize, for those. Every "
+                   "call is traced: one of your kernels must run, and no library matmul, softmax or attention")
 CUTLASS_REFERENCE = ("the GEMMs ran as a CPU reference (fp32, the same inputs, outputs and dtypes as the CUTLASS GEMMs "
                      "of your configurations, which need an sm_90a GPU); only your softmax kernel was emulated")
 SETUP_TIMEOUT = 300.0

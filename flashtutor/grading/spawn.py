@@ -146,7 +146,7 @@ class WorkerHandle:
         tail = self.tail()
         self.stop()
         return {"op": "error", "cause": Cause.CRASH, "fatal": True, "where": "", "log": tail,
-                "message": f"the process {_exit(code)}" + (f"; its last output:\n{tail}" if tail else "")}
+                "message": crash_message(code, tail, emulated=bool(self.setup.get("emulate")))}
 
     def keep_log(self) -> None:
         """FLASHTUTOR_WORKER_LOGS=DIR: keep each worker's log there (the learner's prints, crashes)."""
@@ -218,6 +218,34 @@ def _log_release(pid: int, seconds: float, gone: bool) -> None:
     from .timing import log_line          # the tier's log of where GPU time goes (FLASHTUTOR_BATCH_LOG)
     debug(f"worker {pid}'s GPU work {'gone' if gone else 'still listed'} after {seconds:.2f} s")
     log_line(event="worker released", worker=pid, waited_s=round(seconds, 3), gone=gone)
+
+
+# Signals of a process that touched memory it must not: on the CPU an emulated kernel's access past a buffer ends
+# the process with one of these (a GPU reports "illegal memory access" instead).
+MEMORY_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGABRT"}
+
+
+def crash_message(code, log: str, *, emulated: bool = False) -> str:
+    """What a dead worker's end says to the learner: how it ended, what it probably means (an emulated kernel
+    killed by SIGSEGV/SIGBUS/SIGABRT: an access past a buffer), and its last output without the profiler's and
+    the allocator's lines (:func:`.rules.clean_log`)."""
+    import signal
+
+    from .rules import clean_log, heap_corrupted
+    text = f"the process {_exit(code)}"
+    sig = signal.Signals(-code).name if isinstance(code, int) and code < 0 and -code in signal.valid_signals() \
+        else ""
+    heap = heap_corrupted(log)
+    if emulated and (sig in MEMORY_SIGNALS or heap):
+        text += (": an emulated kernel most likely read or wrote past the end of a buffer (an index out of bounds)"
+                 + (" — the C library found its heap corrupted, the mark of a write past a buffer" if heap else "")
+                 + ". On the CPU such an access ends the process where a GPU reports an illegal memory access. "
+                 "Check the indices of the last, partial tile and the strides of a row, a head and a batch; on a "
+                 "GPU, `flashtutor grade --sanitize` names the kernel, the buffer and the index")
+    elif heap:
+        text += ": the C library found its heap corrupted, the mark of a write past the end of a buffer"
+    shown = clean_log(log)
+    return text + (f"; its last output:\n{shown}" if shown else "")
 
 
 def _exit(code) -> str:
