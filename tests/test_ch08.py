@@ -125,7 +125,8 @@ def test_autograd_function_matches_backward(sol):
 # ---------------------------------------------------------------- the rule can fail ---------------------------------
 # name → (text in the solution, its wrong replacement, the shape that shows it, the tensors that must fail)
 MUTATIONS = {
-    "delta omitted (dS = P ∘ dP)": ("dsT = pT * (dpT - delta[None, :])", "dsT = pT * dpT", (2, 3, 37, 64, False), {"dk"}),
+    "delta omitted (dS = P ∘ dP)": ("dsT = pT * (dpT - delta[None, :])", "dsT = pT * dpT",
+                                    (2, 3, 37, 64, False), {"dk"}),
     "no causal mask in the dK/dV kernel": ("keep = keep & (offs_m[None, :] >= offs_n[:, None])", "keep = keep",
                                            (2, 3, 37, 64, True), {"dk", "dv"}),
     "dQ without the softmax scale": ("(dq * sm_scale).to(DQ.dtype.element_ty)", "dq.to(DQ.dtype.element_ty)",
@@ -208,3 +209,19 @@ def test_backward_flops_are_two_and_a_half_forwards():
     assert bw.backward_flops(4, 32, 4096, 128) == 2.5 * bw.forward_flops(4, 32, 4096, 128)
     assert bw.backward_flops(4, 32, 4096, 128, causal=True) == bw.backward_flops(4, 32, 4096, 128) / 2
     assert bw.tflops(1e12, 1e6) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- the training demo's CPU path ----------------------
+def test_training_demo_runs_on_the_cpu(tmp_path):
+    """scripts/ch08_train.py --device cpu --steps 3 --tiny: both runs, same seed, through the interpreter (~6 s)."""
+    import json
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "ch08_train.py"), "--device", "cpu", "--steps", "3",
+                        "--tiny", "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = json.loads((tmp_path / "ch08-train.json").read_text())
+    assert set(out["runs"]) == {"sdpa", "8a"} and all(len(run["loss"]) == 3 for run in out["runs"].values())
+    assert out["summary"]["max_abs_loss_diff"] < 1e-2            # same seed, same batches: the curves agree
+    assert (tmp_path / "ch08-train.png").stat().st_size > 10_000
