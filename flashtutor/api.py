@@ -2,7 +2,8 @@
 
 ``output_like(q)`` is ``torch.empty_like(q)`` — except under the grader. There it returns the buffer
 the grader reads your answer from (so nothing has to be copied, and the time of a copy is not added to
-yours), filled with NaN while correctness is checked, so any element a kernel forgets to write fails.
+yours). The grader fills that buffer with a NaN pattern before every call, checked or timed, so any element
+a kernel forgets to write fails; a second buffer asked for in the same call is filled with the same pattern.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ _POISON_ENV = "FLASHTUTOR_POISON_OUTPUTS"
 
 
 def poisoning() -> bool:
+    """Whether this process runs under the grader (its worker): the same for checked and timed calls."""
     return os.environ.get(_POISON_ENV) == "1"
 
 
@@ -22,8 +24,9 @@ def set_poisoning(on: bool) -> None:
     os.environ[_POISON_ENV] = "1" if on else "0"
 
 
-# The grading worker's output buffers, by the address of the q they belong to (empty outside grading).
-# Each is handed out once: a second output_like(q) in the same call gets a buffer of its own.
+# The grading worker's output buffer of the call in progress, by the address of its q (empty outside grading,
+# and between calls: the worker sets it just before each call). Handed out once: a second output_like(q) in
+# the same call gets a buffer of its own.
 _grader_outputs: dict[int, torch.Tensor] = {}
 
 
@@ -31,10 +34,12 @@ def output_like(q: torch.Tensor) -> torch.Tensor:
     """An output buffer shaped like q: under the grader, the first one of a call is the grader's own
     buffer (NaN-filled while it checks correctness); otherwise ``torch.empty_like(q)``."""
     out = _grader_outputs.pop(q.data_ptr(), None) if _grader_outputs else None
-    if out is None or out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    if poisoning():
-        out.fill_(float("nan"))
+    if out is not None and out.shape == q.shape and out.dtype == q.dtype and out.device == q.device:
+        return out                      # the grader's buffer, already filled with the never-written pattern
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if poisoning() and out.dtype == torch.float16:
+        from .grading.protocol import fill_unwritten
+        fill_unwritten(out)
     return out
 
 

@@ -78,6 +78,8 @@ class Cause(str, Enum):
     NOT_OWN = "not your kernel"              # a kernel with your kernel's name, but not compiled from your file
     UNTRACED = "untraced"                    # a call whose kernels the trace did not see
     NO_KERNEL = "no kernel"                  # none of your kernels ran
+    TAMPERING = "tampering"                  # the worker's audit hook refused the learner's code (frames, gc, ...)
+    NOT_INDEPENDENT = "calls not independent"   # a timed batch cost more than its calls (work moved between calls)
     # timing
     TIMED_OUTPUT_WRONG = "timed output wrong"
     BELOW_FLOOR = "below floor"
@@ -170,6 +172,9 @@ class Measurement:
     host_us: float | None = None        # host time to issue one call (the worker's own clock for yours)
     batch: tuple[int, int] = (0, 0)     # the two batch sizes
     gate_held: float = 1.0              # fraction of batches whose calls were all queued before they ran
+    fixed_us: float | None = None       # the batch's fixed cost beyond the control batch's (the worker's only)
+    control_us: float | None = None     # the control batch's window: no call, the same gate and hops
+    control_spread_us: float | None = None   # its p10-p90 over rounds
 
     @property
     def spread(self) -> float:
@@ -247,7 +252,7 @@ def parse_message(raw: bytes) -> dict:
     if not isinstance(d, dict) or not isinstance(d.get("op"), str):
         raise MalformedMessage("not an object with an 'op'")
     op = d["op"]
-    out: dict = {"op": op}
+    out: dict = {"op": op, "tampering": _tampering(d)}
     if op in ("error", "setup_error"):
         out["cause"] = Cause.of(_str(d, "cause", "error"))
         out["message"] = _str(d, "message")
@@ -277,6 +282,28 @@ def parse_message(raw: bytes) -> dict:
     else:
         raise MalformedMessage(f"unknown op {op[:40]!r}")
     return out
+
+
+def _tampering(d: dict) -> list[tuple[str, str]]:
+    """The worker's record of what its audit hook refused: [(what, file:line)], at most 5."""
+    t = d.get("tampering", [])
+    if not isinstance(t, list) or len(t) > 20:
+        raise MalformedMessage("field 'tampering' is not a short list")
+    out = []
+    for row in t[:5]:
+        if not isinstance(row, list) or len(row) != 2 or not all(isinstance(x, str) for x in row):
+            raise MalformedMessage("a tampering row is not [what, where]")
+        out.append((row[0][:300], row[1][:300]))
+    return out
+
+
+def tampering_message(rows) -> str:
+    """The verdict's sentence for what the audit hook refused."""
+    what, where = rows[0]
+    more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
+    return (f"tampering: your code {what} at {where}{more}. The grading worker refuses frames, the garbage "
+            "collector's object lists, trace functions, ctypes and new code objects to a submission: they reach the "
+            "process that collects the evidence, not the attention")
 
 
 def parse_trace(d: dict) -> Trace:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..chapters import Chapter, get_chapter
 from ..progress import Progress
-from .evidence import CUDA_FATAL, Cause, CaseResult, TimingResult
+from .evidence import CUDA_FATAL, Cause, CaseResult, TimingResult, tampering_message
 from .report import Report
 from .spawn import WorkerFailed, WorkerHandle, _exit, debug
 from .submission import Submission
@@ -364,7 +364,7 @@ class Judge:
 
         from ..check import check_output
         from ..problems import reference, sdpa
-        from .protocol import inputs_view, views
+        from .protocol import fill_unwritten, inputs_view, slots_that_fit, views
         torch = __import__("torch")
         if not self.worker.alive():
             try:
@@ -375,17 +375,20 @@ class Judge:
         t_lock = time.time()
         with lock:
             self.waited(time.time() - t_lock)
-            q, k, v, o = views(self.arena, p.shape, 0)
-            flat = inputs_view(self.arena, p.shape, 0)
+            # A slot of the arena chosen at random, as the timed calls' are: a call cannot tell a check from a
+            # timed call by where its inputs lie.
+            slot = random.randrange(slots_that_fit(self.arena.numel(), p.shape))
+            q, k, v, o = views(self.arena, p.shape, slot)
+            flat = inputs_view(self.arena, p.shape, slot)
             gen = torch.Generator(device=self.arena.device).manual_seed(seed)
             flat.normal_(generator=gen)
             if p.qk_std != 1.0:
                 flat[: 2 * q.numel()].mul_(p.qk_std)
-            o.fill_(float("nan"))
+            fill_unwritten(o)
             private = tuple(t.clone() for t in (q, k, v))
             if self.events:
                 self.events[0].record()
-            msg = self.worker.request(("call", {"shape": list(p.shape), "causal": p.causal, "slot": 0, "poison": True,
+            msg = self.worker.request(("call", {"shape": list(p.shape), "causal": p.causal, "slots": [slot],
                                                 "nonce": f"{random.getrandbits(64):016x}"}), self.check_timeout)
             # The worker finished the call on its own stream before answering "done" (a fault would have been
             # its error instead): nothing of the judge's waits on an event a dead worker could leave unsignalled.
@@ -393,6 +396,11 @@ class Judge:
             trace_msg = None
             if msg["op"] == "done" and self.ch.anticheat:
                 trace_msg = self.worker.receive(self.check_timeout)
+            tampered = msg.get("tampering") or (trace_msg or {}).get("tampering")
+            if tampered:
+                if self.device == "cuda":
+                    torch.cuda.current_stream().synchronize()
+                return CaseResult(p.name, seed, False, Cause.TAMPERING, tampering_message(tampered))
             if msg["op"] != "done":
                 if self.device == "cuda":
                     torch.cuda.current_stream().synchronize()

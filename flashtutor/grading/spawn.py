@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from .evidence import Cause, MalformedMessage, parse_message
+from .evidence import Cause, MalformedMessage, parse_message, tampering_message
 
 DEBUG = os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0")
 
@@ -86,6 +86,9 @@ class WorkerHandle:
             self.while_starting = None
         msg = self.receive(self.setup_timeout, setup=True)
         debug("worker answered", msg.get("op"))
+        if msg.get("tampering"):                 # the submission's import reached into the worker
+            self.stop()
+            raise WorkerFailed(Cause.TAMPERING, tampering_message(msg["tampering"]), self.tail())
         if msg["op"] == "setup_error" or msg["op"] == "error":
             self.stop()
             raise WorkerFailed(msg["cause"], msg["message"], self.tail())

@@ -8,7 +8,7 @@ import random
 import time
 
 from ..problems import Problem
-from .evidence import Cause, TimingResult
+from .evidence import Cause, TimingResult, tampering_message
 from . import timing as tm
 from . import trace as tr
 
@@ -73,6 +73,10 @@ class TimedPhase:
                 res.messages.append(f"{p.name}: the call could not be replayed from a CUDA graph, and this chapter "
                                     f"times it that way: {e}")
                 return res
+            if run.tampering:
+                res.causes.append(Cause.TAMPERING)
+                res.messages.append(f"{p.name} (timed calls): {tampering_message(run.tampering)}")
+                return res
             if run.errors:
                 e = run.errors[0]
                 if e.get("fatal"):
@@ -104,6 +108,10 @@ class TimedPhase:
                 res.causes.append(Cause.BELOW_FLOOR)
                 res.messages.append(f"{p.name}: {lt.median_us:.2f} µs per call is faster than the roofline floor "
                                     f"({floor['floor_us']:.2f} µs) — implausible; is the work really done in this call?")
+        fixed = tm.fixed_cost_excess(lt) if "learner" not in run.host_bound else ""
+        if fixed and (not res.disturbed or (lt.fixed_us or 0) > 5 * tm.FIXED_MIN_US):
+            res.causes.append(Cause.NOT_INDEPENDENT)
+            res.messages.append(f"{p.name}: {fixed}")
         if run.host_bound and "learner" in run.host_bound:
             res.notes.append("your calls could not be queued ahead: each waited for the host (a synchronisation "
                              "inside attention()?), so host time is inside your GPU time")
@@ -134,8 +142,10 @@ class TimedPhase:
         torch = self.torch
 
         def capture(n1, n2):
-            msg = self.j.worker.request(("capture", {"shape": list(p.shape), "causal": p.causal, "ns": [n1, n2]}),
-                                        self.j.time_timeout)
+            pool = self.bench.pool(p.shape)
+            lists = {n: tm._RNG.sample(range(pool), n) for n in (n1, n2)}     # the graphs' slots, fixed now
+            msg = self.j.worker.request(("capture", {"shape": list(p.shape), "causal": p.causal,
+                                                     "slot_lists": [lists[n1], lists[n2]]}), self.j.time_timeout)
             if msg["op"] == "error":
                 raise GraphError(msg.get("message", ""))
             if msg["op"] != "captured" or not msg.get("ok"):
@@ -158,7 +168,7 @@ class TimedPhase:
                         keep = [fn(q, k, v, p.causal) for q, k, v, _ in vs]
                     g.keep = keep
                     graphs[name][n] = g
-            graphs["learner"] = {n1: "remote", n2: "remote"}
+            graphs["learner"] = lists
             return graphs
         return capture
 
@@ -173,16 +183,19 @@ class TimedPhase:
     def _recheck(self, p: Problem, run, res: TimingResult) -> None:
         from ..check import check_output
         bad = None
-        for n, (slot, seed, out, unchanged) in run.snapshots:
+        for n, (pos, slot, seed, out, unchanged, rows) in run.snapshots:
             res.rechecked += 1
             if not unchanged:
-                bad = bad or f"a timed call modified its inputs (slot {slot} of a batch of {n})"
+                bad = bad or f"a timed call modified its inputs (call {pos + 1} of a batch of {n})"
                 continue
-            q, k, v = self.bench.regenerate(p.shape, seed, n, slot, p.qk_std)
+            q, k, v = self.bench.regenerate(p.shape, seed, rows, slot, p.qk_std)
             r = check_output(p, q, k, v, out, seed=seed)
             if not r.ok:
-                where = "the last call" if slot == n - 1 else f"call {slot + 1}"
+                where = "the last call" if pos == n - 1 else f"call {pos + 1}"
                 bad = bad or f"{where} of a batch of {n} timed calls: {r.message}"
+        if run.rows_bad and not bad:            # every output of every batch, on sampled rows
+            more = len(run.rows_bad) - 1
+            bad = run.rows_bad[0] + (f" (and in {more} more batch{'es' if more > 1 else ''})" if more else "")
         if bad:
             res.recheck_ok, res.recheck_message = False, bad
             res.causes.append(Cause.TIMED_OUTPUT_WRONG)

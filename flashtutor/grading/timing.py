@@ -60,6 +60,13 @@ GATE_FACTOR = 1.25              # the gate's sleep: this times the batch's expec
 GATE_MARGIN_US = 1500.0         # a gate that opened early is redone with twice the factor, which then decays
 GATE_FACTOR_MAX = 16.0          # (a call that waits for the GPU never lets a gate hold: its sleeps stay bounded)
 GATE_TRIES = 3
+POOL_MAX = 512                  # slots a worker's batch draws from (all get fresh inputs before every batch)
+# The fixed cost a batch of yours may have beyond the grader's control batch (no call, same gate and hops): a
+# batch that costs more than its calls did work once per batch — outputs of other calls computed ahead.
+FIXED_MIN_US = 50.0             # at least this much (H100: the control's jitter is a few µs) …
+FIXED_JITTER = 4.0              # … or this many times the control's p10-p90 spread …
+FIXED_PER_CALL = 0.5            # … or half a call, whichever is largest
+_RNG = random.SystemRandom()
 
 
 # ---------------------------------------------------------------- one GPU, several gradings --------
@@ -175,8 +182,10 @@ class BatchRun:
     held: bool
     host_us: float                       # per call
     trace: Trace | None = None
-    snapshots: list = field(default_factory=list)   # (slot, seed, out clone)
+    snapshots: list = field(default_factory=list)   # (position in the batch, slot, seed, out, inputs unchanged, rows)
     error: dict | None = None            # the worker's error message, if the batch failed
+    rows_bad: str = ""                   # the sampled-row check of every output of the batch ("" = all right)
+    tampering: list = field(default_factory=list)   # what the worker's audit hook refused during the batch
     issued_us: float = float("nan")      # the judge's wall time from before its sleep to the calls' being queued
 
 
@@ -220,8 +229,16 @@ class Bench:
         m = numel(shape)
         return self.arena[: n * 4 * m].view(n, 4 * m)
 
+    def pool(self, shape) -> int:
+        """How many slots of ``shape`` a batch of the worker's draws its slots from: every slot the arena holds,
+        up to :data:`POOL_MAX`. All of them get fresh inputs before every batch, and the batch's calls go to a
+        random subset in a random order: a call cannot know which other slots its batch holds, and work done
+        for slots it was not called on is work inside the window."""
+        from .protocol import slots_that_fit
+        return max(1, min(POOL_MAX, slots_that_fit(self.arena.numel(), shape)))
+
     def regenerate(self, shape, seed: int, n: int, slot: int, qk_std: float):
-        """The inputs slot ``slot`` of a batch of ``n`` was given (for re-checking a timed output): the batch's
+        """The inputs slot ``slot`` of a block of ``n`` slots was given (for re-checking a timed output): the
         block written again the same way, in fresh memory."""
         from .protocol import numel
         m = numel(shape)
@@ -230,30 +247,42 @@ class Bench:
         return tuple(block[slot, j * m:(j + 1) * m].view(*shape) for j in range(3))
 
     def batch(self, cand, problem, n: int, *, seed: int, sleep_us: float, snapshot=(),
-              graph=None, timeout: float = 120.0, trace: bool = True) -> BatchRun:
-        """One gated batch of ``n`` calls of ``cand`` ("remote" = the worker, or a callable)."""
+              graph=None, timeout: float = 120.0, trace: bool = True, slots=None) -> BatchRun:
+        """One gated batch of ``n`` calls of ``cand`` ("remote" = the worker, or a callable). The worker's calls
+        go to ``slots`` (default: ``n`` slots drawn at random from the pool, in a random order); ``snapshot``:
+        positions in the batch whose outputs are kept for the full re-check."""
         torch = self.torch
         from .protocol import views
         shape = problem.shape
+        remote = cand == "remote"
+        if remote:
+            pool = self.pool(shape)
+            if slots is None:
+                slots = _RNG.sample(range(pool), n)
+            rows = pool if n else 0                  # the control batch (no call) writes no inputs
+        else:
+            slots, rows = list(range(n)), n
         E0, Em, E1 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         t0 = time.perf_counter()
         torch.cuda._sleep(int(min(sleep_us, 2e6) * self.cycles))
         E0.record()
-        self.write_inputs(shape, n, seed, problem.qk_std)
+        if rows:
+            self.write_inputs(shape, rows, seed, problem.qk_std)
         self.flush()
         Em.record()
         snaps, err = [], None
-        if cand == "remote":
+        rows_bad = ""
+        if remote:
             self.A.record()
             self.judge_enqueue_us = (time.perf_counter() - t0) * 1e6
-            msg = self.worker.request(("batch", {"shape": list(shape), "causal": problem.causal, "n": n,
+            msg = self.worker.request(("batch", {"shape": list(shape), "causal": problem.causal, "slots": list(slots),
                                                  "graph": graph is not None, "nonce": f"{random.getrandbits(64):016x}",
                                                  "trace": trace}), timeout=timeout)
             held = not Em.query()
             t_ready = time.perf_counter()
             if msg["op"] != "done":
                 torch.cuda.current_stream().synchronize()
-                return BatchRun(float("nan"), held, float("nan"), error=msg)
+                return BatchRun(float("nan"), held, float("nan"), error=msg, tampering=msg.get("tampering") or [])
             host_us = msg["host_ns"] / 1e3 / max(n, 1)
             # Only the timing stream waits for the worker's end event; if the worker dies before its calls
             # finish, that stream is abandoned (no wait on the GPU can be cancelled) and the judge carries on.
@@ -262,11 +291,13 @@ class Bench:
             ts.wait_event(self.B)
             E1.record(ts)
             with torch.cuda.stream(ts):
-                outs = [(s, views(self.arena, shape, s)[3].clone()) for s in snapshot]
+                outs = [(i, slots[i], views(self.arena, shape, slots[i])[3].clone()) for i in snapshot]
             traced = None
+            tampering = list(msg.get("tampering") or [])
             if trace:
                 trace_msg = self.worker.receive(timeout=timeout)
                 traced = trace_msg.get("trace") if trace_msg["op"] == "trace" else None
+                tampering += [t for t in trace_msg.get("tampering") or [] if t not in tampering]
             if not _wait(E1, timeout):
                 self.abandoned.append(ts)       # never synchronised again; see Judge._release
                 self.timing_stream = torch.cuda.Stream()
@@ -274,13 +305,15 @@ class Bench:
                     "op": "error", "cause": Cause.TIMEOUT, "fatal": True, "where": "", "log": "",
                     "message": f"a timed batch of {n} calls did not finish within {timeout:.0f} s"})
             torch.cuda.current_stream().wait_stream(ts)
-            for s, out in outs:       # were the inputs left as written? (the next batch overwrites them)
-                given = self.regenerate(shape, seed, n, s, problem.qk_std)
+            if n:
+                rows_bad = sampled_rows_check(self.arena, shape, slots, problem.causal)
+            for i, s, out in outs:       # were the inputs left as written? (the next batch overwrites them)
+                given = self.regenerate(shape, seed, rows, s, problem.qk_std)
                 unchanged = all(torch.equal(a, b) for a, b in zip(given, views(self.arena, shape, s)[:3]))
-                snaps.append((s, seed, out, unchanged))
+                snaps.append((i, s, seed, out, unchanged, rows))
             trace = traced
         else:
-            outs = []
+            tampering = []
             prof = _profile() if (self.trace_local and trace) else contextlib.nullcontext()
             with prof:
                 self.judge_enqueue_us = (time.perf_counter() - t0) * 1e6
@@ -290,7 +323,7 @@ class Bench:
                 else:
                     for i in range(n):
                         q, k, v, _ = views(self.arena, shape, i)
-                        outs.append(cand(q, k, v, problem.causal))
+                        cand(q, k, v, problem.causal)
                 host_us = (time.perf_counter() - t1) * 1e6 / max(n, 1)
                 t_ready = time.perf_counter()
                 held = not Em.query()
@@ -298,10 +331,60 @@ class Bench:
                 E1.synchronize()
             trace = None
         run = BatchRun(Em.elapsed_time(E1) * 1e3, held, host_us, trace, snapshots=snaps, error=err,
-                       issued_us=(t_ready - t0) * 1e6)
+                       issued_us=(t_ready - t0) * 1e6, rows_bad=rows_bad, tampering=tampering)
         if _BATCH_LOG:
             _log_batch(self.label, n, sleep_us, run, t0, t_ready)
         return run
+
+
+def sampled_rows_check(arena, shape, slots, causal: bool, rows: int = 16, budget: int = 1 << 24) -> str:
+    """Every output of a timed batch, checked on rows chosen at random: for each slot, one or more random
+    (batch, head) pairs and ``rows`` random query rows of each, against an fp32 reference computed from the
+    slot's own inputs. Loose on purpose (2 % of the row's largest value + 2e-3: twenty-odd fp16 ulps): it is
+    not the precision check (the correctness cases are), it finds outputs that are not attention at all — left
+    unwritten, stale, garbage on some calls — on every call of every batch, which a few full re-checks cannot.
+    Returns '' or what is wrong, for the first bad call."""
+    import torch
+    from .protocol import numel
+    B, H, S, D = shape
+    n = len(slots)
+    if not n:
+        return ""
+    m = numel(shape)
+    pool = max(slots) + 1
+    blk = arena[: pool * 4 * m].view(pool, 4, B, H, S, D)
+    groups = max(1, min(4, budget // max(1, n * S * D)))
+    dev = arena.device
+    sl = torch.tensor([s for s in slots for _ in range(groups)], device=dev)
+    g = sl.numel()
+    bb = torch.tensor([_RNG.randrange(B) for _ in range(g)], device=dev)
+    hh = torch.tensor([_RNG.randrange(H) for _ in range(g)], device=dev)
+    sel = blk[sl, :, bb, hh]                                            # [g, 4, S, D]: q, k, v, out of one (b, h)
+    r = min(rows, S)
+    ri = torch.stack([torch.randperm(S, device=dev)[:r] for _ in range(g)]) if S > r else \
+        torch.arange(S, device=dev).expand(g, S)                         # [g, r] query rows
+    take = ri[..., None].expand(g, r, D)
+    qr = sel[:, 0].gather(1, take).float()                              # [g, r, D]
+    out = sel[:, 3].gather(1, take).float()                             # [g, r, D]
+    k, v = sel[:, 1].float(), sel[:, 2].float()                         # [g, S, D]
+    s = torch.bmm(qr, k.transpose(1, 2)) * (D ** -0.5)                  # [g, r, S]
+    if causal:
+        s = s.masked_fill(torch.arange(S, device=dev)[None, None, :] > ri[..., None], float("-inf"))
+    ref = torch.bmm(torch.softmax(s, dim=-1), v)                        # [g, r, D]
+    err = (out - ref).abs().amax(dim=-1)                                # [g, r]
+    bound = 0.02 * ref.abs().amax(dim=-1) + 2e-3
+    bad = ~(err <= bound)                                               # NaN is bad too
+    per = bad.any(dim=1).view(n, groups).any(dim=1)                     # [n]: a bad row in that call
+    if not bool(per.any()):
+        return ""
+    i = int(per.nonzero()[0])
+    j = int(bad.view(n, groups, r)[i].any(dim=1).nonzero()[0])
+    row = int(bad.view(n, groups, r)[i, j].nonzero()[0])
+    gi = i * groups + j
+    e = float(err[gi, row])
+    what = "never written (still the grader's pattern)" if e != e else f"off by {e:.3g} (allowed {float(bound[gi, row]):.3g})"
+    return (f"call {i + 1} of a batch of {n}: row [b={int(bb[gi])}, h={int(hh[gi])}, s={int(ri[gi, row])}] is {what}; "
+            f"{int(per.sum())} of the batch's {n} calls have such rows")
 
 
 _BATCH_LOG = os.environ.get("FLASHTUTOR_BATCH_LOG")     # a JSON line per batch: where a timed shape's time goes
@@ -324,13 +407,15 @@ def _log_batch(label: str, n: int, sleep_us: float, run: BatchRun, t0: float, t_
 
 
 def _fill_slots(block, gen, seed: int, qk_std: float) -> None:
-    """``block``: [n, 4m] rows of q | k | v | out. Random q, k, v (q and k scaled by ``qk_std``), NaN out."""
+    """``block``: [n, 4m] rows of q | k | v | out. Random q, k, v (q and k scaled by ``qk_std``), out filled with
+    the never-written pattern."""
+    from .protocol import fill_unwritten
     m = block.shape[1] // 4
     gen.manual_seed(seed)
     block[:, : 3 * m].normal_(generator=gen)
     if qk_std != 1.0:
         block[:, : 2 * m].mul_(qk_std)
-    block[:, 3 * m:].fill_(float("nan"))
+    fill_unwritten(block[:, 3 * m:])
 
 
 def _wait(event, timeout: float) -> bool:
@@ -362,10 +447,12 @@ class ShapeRun:
     times: dict[str, Measurement]
     windows: dict[str, dict[int, list[float]]]
     traces: list                          # (calls, Trace) per batch of yours
-    snapshots: list                       # (slot, seed, output, inputs unchanged)
+    snapshots: list                       # (n, (position, slot, seed, output, inputs unchanged, rows))
     disturbed: str = ""
     errors: list[dict] = field(default_factory=list)
     host_bound: list[str] = field(default_factory=list)
+    rows_bad: list[str] = field(default_factory=list)   # the sampled-row check's findings, one per bad batch
+    tampering: list = field(default_factory=list)       # what the worker's audit hook refused
 
 
 class Gate:
@@ -495,6 +582,9 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
         check_batches = set(rng.sample(range(total), k=min(max(1, rechecks // 2), total)))
     batch_no = 0
     names = list(cands)
+    control = {name: [] for name in remote}
+    rows_bad: list[str] = []
+    tampering: list = []
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for which in ((0, 1) if r % 2 == 0 else (1, 0)):
@@ -502,37 +592,77 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
                 n = per[name][which]
                 g = (graphs or {}).get(name)
                 snapshot = ()
+                kw = {"graph": g.get(n) if g else None}
                 if cands[name] == "remote":
                     if batch_no in check_batches:
                         snapshot = tuple(sorted({n - 1, *rng.sample(range(n), k=min(1, n))}))
                     batch_no += 1
-                run = gated(name, n, snapshot=snapshot, graph=g.get(n) if g else None)
+                    if g:                       # a captured graph: its calls' slots were fixed at capture
+                        kw = {"graph": True, "slots": g[n]}
+                run = gated(name, n, snapshot=snapshot, **kw)
+                tampering += [t for t in run.tampering if t not in tampering]
                 if run.error:
                     errors.append(run.error)
-                    return ShapeRun({}, windows, traces, snaps, errors=errors)
+                    return ShapeRun({}, windows, traces, snaps, errors=errors, tampering=tampering)
                 windows[name][n].append(run.window_us)
                 held[name].append(run.held)
                 if cands[name] == "remote":
                     traces.append((n, run.trace))
+                    if run.rows_bad and run.rows_bad not in rows_bad:
+                        rows_bad.append(run.rows_bad)
                 snaps.extend((n, s) for s in run.snapshots)
+        for name in remote:                 # the control: a batch of no call, through the same gate and hops
+            run = gated(name, 0, label=f"{name} (control)")
+            tampering += [t for t in run.tampering if t not in tampering]
+            if run.error:
+                errors.append(run.error)
+                return ShapeRun({}, windows, traces, snaps, errors=errors, tampering=tampering)
+            control[name].append(run.window_us)
     # The host's cost of issuing a call, on one more batch with no tracer on either side (tracing multiplies
     # the host time of each call several times over).
     for name, c in cands.items():
         g = (graphs or {}).get(name)
         n2 = per[name][1]
-        run = gated(name, n2, trace=False, graph=g.get(n2) if g else None)
+        kw = {"graph": g.get(n2) if g else None}
+        if c == "remote" and g:
+            kw = {"graph": True, "slots": g[n2]}
+        run = gated(name, n2, trace=False, **kw)
         if not run.error and run.host_us == run.host_us:
             host[name] = run.host_us
     times = {}
     for name in cands:
         n1, n2 = per[name]
         w1, w2 = windows[name][n1], windows[name][n2]
-        slopes = sorted((b - a) / (n2 - n1) for a, b in zip(w1, w2))
+        slopes = [(b - a) / (n2 - n1) for a, b in zip(w1, w2)]
+        fixed = ctl = ctl_spread = None
+        if control.get(name):
+            # The batch's fixed cost, each round: the window of the smaller batch less its calls at that round's
+            # slope; against the control's window (no call) it is what the calls cost beyond their count.
+            ctl = statistics.median(control[name])
+            ctl_spread = _quantile(sorted(control[name]), 0.9) - _quantile(sorted(control[name]), 0.1)
+            fixed = statistics.median(a - n1 * sl for a, sl in zip(w1, slopes)) - ctl
+        slopes.sort()
         med = statistics.median(slopes)
         times[name] = Measurement(med, _quantile(slopes, 0.1), _quantile(slopes, 0.9), len(slopes), host_us=host[name],
-                                  batch=(n1, n2), gate_held=sum(held[name]) / len(held[name]))
+                                  batch=(n1, n2), gate_held=sum(held[name]) / len(held[name]), fixed_us=fixed,
+                                  control_us=ctl, control_spread_us=ctl_spread)
     host_bound = [n for n in cands if times[n].gate_held < 0.5]
-    return ShapeRun(times, windows, traces, snaps, host_bound=host_bound)
+    return ShapeRun(times, windows, traces, snaps, host_bound=host_bound, rows_bad=rows_bad, tampering=tampering)
+
+
+def fixed_cost_excess(m: Measurement) -> str:
+    """Why a candidate's batches are not just their calls ('' when they are): its fixed cost per batch beyond
+    the control's exceeds :data:`FIXED_MIN_US`, :data:`FIXED_JITTER` × the control's spread and
+    :data:`FIXED_PER_CALL` × a call. Work moved out of the calls into something done once per batch — the
+    outputs of other calls computed on the first — shows here, where a slope alone would drop it."""
+    if m.fixed_us is None or m.control_us is None:
+        return ""
+    limit = max(FIXED_MIN_US, FIXED_JITTER * (m.control_spread_us or 0.0), FIXED_PER_CALL * max(m.median_us, 0.0))
+    if m.fixed_us <= limit:
+        return ""
+    return (f"the calls are not independent: each batch of yours has a fixed cost of {m.fixed_us:.0f} µs beyond the "
+            f"grader's control batch ({m.control_us:.0f} µs, no call), more than the {limit:.0f} µs allowed — work done "
+            f"once per batch (other calls' outputs computed ahead, results carried between calls) is not allowed")
 
 
 def spread_disturbed(run: ShapeRun, names) -> str:

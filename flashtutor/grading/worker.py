@@ -26,7 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
-from .evidence import CUDA_FATAL, Cause, Trace, KernelRecord, dumps, trace_to_json
+from . import sealed
+from .evidence import CUDA_FATAL, Cause, Trace, dumps, parse_trace
 
 
 # ---------------------------------------------------------------- what the learner's code sees ----
@@ -74,409 +75,292 @@ class _CourseKernelGuard:
 
 
 
-# ---------------------------------------------------------------- the tracer ----------------------
+# ---------------------------------------------------------------- the tracer (for the course's tests) --
 class Tracer:
-    """CUPTI (kernels, copies, fills: name, stream, duration, registers) on a GPU, and the aten ops of the
-    calls on either device. Each session starts and ends with a marker carrying a nonce the judge chose for
-    the task: a trace without both markers did not cover the whole call (the learner's code stopped or
-    replaced the session), and the judge treats the call as untraced."""
+    """The worker's tracer (:func:`.sealed.tracer`) with :class:`~.evidence.Trace` results: for tests and
+    tools that trace in their own process. The worker itself uses the sealed closures directly."""
 
     def __init__(self, cuda: bool, emulated: bool = False, registers: bool = True):
-        import warnings
-        warnings.filterwarnings("ignore", message=r".*Profiler clears events")   # torch's note on cycles: not ours
-        self.cuda, self.emulated = cuda, emulated
-        self.registers = registers        # the judge compares the registers of CUDA kernels (chapters of .cu files)
-        self.prof = None
-        self.nonce = ""
+        import torch
+        self._start, self._stop, self._abandon = sealed.tracer(torch, cuda=cuda, emulated=emulated,
+                                                               registers=registers)
 
     def start(self, nonce: str = "warm-up") -> None:
-        from torch.autograd.profiler import record_function
-        from torch.profiler import ProfilerActivity, profile
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        self.nonce = nonce
-        self.prof = profile(activities=acts)
-        self.prof.__enter__()
-        with record_function(f"flashtutor:{nonce}:begin"):
-            pass
+        self._start(nonce)
 
     def stop(self) -> Trace:
-        from torch.autograd.profiler import record_function
-        prof, self.prof = self.prof, None
-        if prof is None:
-            return Trace(ok=False, error="the tracer was not running")
-        try:
-            with record_function(f"flashtutor:{self.nonce}:end"):
-                pass
-            prof.__exit__(None, None, None)
-            events = prof.profiler.kineto_results.events()
-        except Exception as e:  # noqa: BLE001 — the learner's code may have stopped the profiler
-            return Trace(ok=False, error=f"the trace could not be read: {type(e).__name__}: {e}"[:400])
-        names = {e.name() for e in events}
-        missing = [m for m in ("begin", "end") if f"flashtutor:{self.nonce}:{m}" not in names]
-        if missing:
-            return Trace(ok=False, error=f"the trace lacks its {' and '.join(missing)} marker: the profiling session "
-                                         "was stopped or replaced during the call")
-        ops = sorted({e.name() for e in events if str(e.device_type()).endswith("CPU")
-                      and e.name().startswith("aten::")})
-        if not self.cuda:
-            return Trace(kernels=_emulated_launches(events) if self.emulated else [], ops=ops)
-        agg: dict[tuple[str, int], KernelRecord] = {}
-        device = [e for e in events if str(e.device_type()).endswith("CUDA")]
-        meta = {id(e): _resources(e) for e in device}
-        # torch 2.11 keeps CUPTI's metadata (registers, bytes) out of the events; the exported trace has it.
-        # Exported only when needed (it costs milliseconds): registers for CUDA chapters, bytes of DtoH copies.
-        if any((self.registers and meta[id(e)][0] is None and not _is_copy(e.name()))
-               or (e.name().startswith("Memcpy DtoH") and meta[id(e)][2] is None) for e in device):
-            _from_chrome_trace(prof, device, meta)
-        for e in device:
-            key = (e.name(), int(e.device_resource_id()))
-            r = agg.get(key)
-            regs, smem, nbytes = meta[id(e)]
-            if r is None:
-                r = agg[key] = KernelRecord(key[0], key[1], 0, 0.0, regs, smem, 0 if nbytes is not None else None)
-            r.count += 1
-            r.total_us += e.duration_ns() / 1e3
-            if nbytes is not None:
-                r.bytes = (r.bytes or 0) + nbytes
-        return Trace(kernels=list(agg.values()), ops=ops)
+        return parse_trace(self._stop())
 
     def abandon(self) -> None:
-        if self.prof is not None:
-            try:
-                self.prof.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001
-                pass
-            self.prof = None
+        self._abandon()
 
 
-def _emulated_launches(events) -> list[KernelRecord]:
-    """The emulated kernels' launches (:mod:`flashtutor.emulate` marks each with a profiler range), as kernels."""
-    from ..emulate import TRACE_PREFIX
-    agg: dict[str, KernelRecord] = {}
-    for e in events:
-        if e.name().startswith(TRACE_PREFIX):
-            name = e.name()[len(TRACE_PREFIX):]
-            r = agg.setdefault(name, KernelRecord(name, 0, 0, 0.0))
-            r.count += 1
-            r.total_us += e.duration_ns() / 1e3
-    return list(agg.values())
-
-
-def _is_copy(name: str) -> bool:
-    return name.startswith(("Memcpy", "Memset"))
-
-
-def _from_chrome_trace(prof, device: list, meta: dict) -> None:
-    """CUPTI's per-activity metadata (registers, shared memory, bytes) as the exported trace carries it,
-    matched to the events by correlation id (by name where an event has none)."""
-    import json
-    import tempfile
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        with open(f.name) as g:
-            trace = json.load(g)
-    by_corr, by_name = {}, {}
-    for ev in trace.get("traceEvents", []):
-        if ev.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
-            continue
-        a = ev.get("args", {})
-        got = tuple(int(a[k]) if isinstance(a.get(k), (int, float)) else None
-                    for k in ("registers per thread", "shared memory", "bytes"))
-        if a.get("correlation") is not None:
-            by_corr[int(a["correlation"])] = got
-        by_name.setdefault(ev.get("name", ""), got)
-    for e in device:
-        try:
-            corr = int(e.correlation_id())
-        except Exception:  # noqa: BLE001
-            corr = None
-        got = by_corr.get(corr) if corr is not None else None
-        meta[id(e)] = got or by_name.get(e.name()) or meta[id(e)]
-
-
-def _resources(e) -> tuple[int | None, int | None, int | None]:
-    """Registers per thread and shared memory of a kernel record, bytes of a copy (CUPTI's metadata)."""
-    import json
-    import re
+# ---------------------------------------------------------------- the submission --------------------
+def _import(setup: dict, files: list[str]):
+    """Import the submission (the learner's code runs from here on) and, for a CUTLASS chapter, build its GEMMs.
+    Returns its ``attention``; raises :class:`_SetupFailure` with the cause."""
+    from ..loaders import CompileError
+    from .submission import load_module
+    path = Path(setup["path"]).resolve()
+    cuda = setup["device"] == "cuda"
+    emulate = bool(setup.get("emulate")) and not cuda
+    sys.meta_path.insert(0, _CourseKernelGuard())
     try:
-        meta = e.metadata_json() or ""
-    except Exception:  # noqa: BLE001
-        return None, None, None
-    try:
-        d = json.loads("{" + meta + "}") if not meta.strip().startswith("{") else json.loads(meta)
-    except ValueError:
-        d = {k: int(v) for k, v in re.findall(r'"([^"]+)":\s*(\d+)', meta)}
-    def num(key):
-        v = d.get(key)
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-    return num("registers per thread"), num("shared memory"), num("bytes")
-
-
-# ---------------------------------------------------------------- the worker ----------------------
-class Worker:
-    def __init__(self, conn, setup: dict):
-        import torch
-
-        self.torch, self.conn, self.setup = torch, conn, setup
-        self.cuda = setup["device"] == "cuda"
-        self.emulate = bool(setup.get("emulate")) and not self.cuda
-        self.path = Path(setup["path"]).resolve()
-        self.files = [str(Path(f).resolve()) for f in setup.get("files", [])]
-        self.streams = _Streams()
-        self.tracer = Tracer(self.cuda, emulated=self.emulate, registers=setup.get("kind") in ("cuda", "cutlass"))
-        self.graphs: dict = {}
-        # First what needs no arena, while the judge is still getting ready: CUDA, the tracer's costly first
-        # start, the submission's import (and its compiles).
-        if self.cuda:
-            torch.cuda.init()
-            self.streams.install(torch)
-        if setup.get("trace", True):
-            self.tracer.start()
-            self.tracer.stop()
-        _debug("tracer warm")
+        mod = load_module(path)
+    except CompileError as e:
+        raise _SetupFailure(Cause.COMPILE_ERROR, str(e)) from None
+    except SyntaxError as e:
+        raise _SetupFailure(Cause.IMPORT_ERROR, f"{Path(e.filename or path).name}:{e.lineno}: syntax error: "
+                            f"{e.msg}") from None
+    except BaseException as e:  # noqa: BLE001
+        where = _where(e, files)
+        raise _SetupFailure(Cause.IMPORT_ERROR, f"importing {path.name} raised {type(e).__name__}: {e}"
+                            + (f" (at {where})" if where else "")) from None
+    fn = getattr(mod, "attention", None)
+    if not callable(fn):
+        raise _SetupFailure(Cause.ERROR, f"{path.name} defines no function attention(q, k, v, *, causal=False)")
+    build = getattr(mod, "build", None) if setup.get("kind") == "cutlass" else None
+    # The library GEMMs compile now, under the setup timeout (emulated, they are CPU references: at once).
+    if callable(build) and (cuda or emulate):
         try:
-            self.fn = self._import()
-        except BaseException:
-            _drain_arena(conn)
-            raise
-        _debug("imported", self.path)
-        msg = conn.recv()                   # ("arena", tensor, A handle, B handle) | ("arena_shm", name, numel)
-        if msg[0] == "arena_shm":
-            from multiprocessing import resource_tracker, shared_memory
-            self.shm = shared_memory.SharedMemory(name=msg[1])
-            try:                        # the judge owns it: this process must not unlink it when it exits
-                resource_tracker.unregister(self.shm._name, "shared_memory")
-            except Exception:  # noqa: BLE001
-                pass
-            self.arena = torch.frombuffer(self.shm.buf, dtype=torch.float16, count=msg[2])
-        else:
-            self.arena = msg[1]
-        self.A = self.B = None
-        if self.cuda:
-            dev = torch.cuda.current_device()
-            self.A = torch.cuda.Event.from_ipc_handle(dev, msg[2])
-            self.B = torch.cuda.Event.from_ipc_handle(dev, msg[3])
-        _debug("arena", tuple(self.arena.shape), self.arena.device)
+            build(verbose=False)
+        except NotImplementedError as e:
+            where = _where(e, files)
+            raise _SetupFailure(Cause.UNWRITTEN, f"not written yet: build() raises NotImplementedError({e})"
+                                + (f" at {where}" if where else "")) from None
+        except Exception as e:  # noqa: BLE001
+            if type(e).__name__ == "UnsupportedGPU":
+                raise _SetupFailure(Cause.UNSUPPORTED_GPU, str(e)) from None
+            where = _where(e, files)
+            raise _SetupFailure(Cause.COMPILE_ERROR, f"building the CUTLASS GEMMs of {path.name} failed: "
+                                f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")) from None
+    return fn
 
-    # ------------------------------------------------------------ setup
-    def _import(self):
-        from ..loaders import CompileError
-        from .submission import load_module
-        sys.meta_path.insert(0, _CourseKernelGuard())
-        try:
-            mod = load_module(self.path)
-        except CompileError as e:
-            raise _SetupFailure(Cause.COMPILE_ERROR, str(e)) from None
-        except SyntaxError as e:
-            raise _SetupFailure(Cause.IMPORT_ERROR, f"{Path(e.filename or self.path).name}:{e.lineno}: syntax error: "
-                                f"{e.msg}") from None
-        except BaseException as e:  # noqa: BLE001
-            where = _where(e, self.files)
-            raise _SetupFailure(Cause.IMPORT_ERROR, f"importing {self.path.name} raised {type(e).__name__}: {e}"
-                                + (f" (at {where})" if where else "")) from None
-        fn = getattr(mod, "attention", None)
-        if not callable(fn):
-            raise _SetupFailure(Cause.ERROR, f"{self.path.name} defines no function attention(q, k, v, *, causal=False)")
-        build = getattr(mod, "build", None) if self.setup.get("kind") == "cutlass" else None
-        # The library GEMMs compile now, under the setup timeout (emulated, they are CPU references: at once).
-        if callable(build) and (self.cuda or self.emulate):
-            try:
-                build(verbose=False)
-            except NotImplementedError as e:
-                where = _where(e, self.files)
-                raise _SetupFailure(Cause.UNWRITTEN, f"not written yet: build() raises NotImplementedError({e})"
-                                    + (f" at {where}" if where else "")) from None
-            except Exception as e:  # noqa: BLE001
-                if type(e).__name__ == "UnsupportedGPU":
-                    raise _SetupFailure(Cause.UNSUPPORTED_GPU, str(e)) from None
-                where = _where(e, self.files)
-                raise _SetupFailure(Cause.COMPILE_ERROR, f"building the CUTLASS GEMMs of {self.path.name} failed: "
-                                    f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")) from None
-        return fn
 
-    def ready(self) -> dict:
-        from ..loaders.nvrtc import LOADED
-        info = {"torch": self.torch.__version__}
-        if self.cuda:
-            info["gpu"] = self.torch.cuda.get_device_name()
-        if self.emulate:
-            info["emulated"] = True
-        return {"op": "ready", "loaded": [{"path": p, "defines": d} for p, d in LOADED], "info": info}
+# ---------------------------------------------------------------- serving, sealed -------------------
+def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, tabandon, cuda_gates, seen):
+    """The worker's request loop, built before the submission is imported: every name it uses afterwards is a
+    local captured here, so re-binding a module or class attribute (this module's included) changes nothing
+    in it. Returns ``serve(fn, arena_msg)``, which answers the judge until it says "quit"."""
+    from .. import api
+    from .protocol import numel
+    cuda = setup["device"] == "cuda"
+    traced_chapter = bool(setup.get("trace", True))
+    TB = torch._C.TensorBase
+    tb_getitem, tb_view, tb_ptr, tb_copy = TB.__getitem__, TB.view, TB.data_ptr, TB.copy_
+    tb_contig, tb_numel = TB.is_contiguous, TB.numel
+    Tensor = torch.Tensor
+    outputs = api._grader_outputs                # the dict output_like() reads: one entry per call, set here
+    outputs_clear, outputs_pop = dict.clear, dict.pop
+    perf_ns = time.perf_counter_ns
+    len_, int_, str_, tuple_, list_, range_, dict_, type_ = len, int, str, tuple, list, range, dict, type
+    isinstance_, bool_, slice_ = isinstance, bool, slice
+    BaseException_ = BaseException
+    fatal_needles = tuple((n, str(c)) for n, c in CUDA_FATAL)
+    C = {c.name: str(c) for c in Cause}
+    where_of = _where
+    exit_ = os._exit
+    dict_values = dict.values
+    if cuda:
+        set_stream, gate, end, sync, open_event = cuda_gates
+        Graph = torch._C._CUDAGraph
+        graph_replay = Graph.replay
+        device = torch.cuda.current_device()
+    st = {"arena": None, "A": None, "B": None, "fn": None, "graphs": {}, "shm": None}
 
-    # ------------------------------------------------------------ serving
-    def send(self, obj: dict) -> None:
-        self.conn.send_bytes(dumps(obj))
+    def views(shape, slot: int):
+        n = 1
+        for x in shape:
+            n *= x
+        base = slot * 4 * n
+        arena = st["arena"]
+        if base + 4 * n > tb_numel(arena):
+            raise IndexError(f"slot {slot} of shape {tuple_(shape)} does not fit the arena")
+        return tuple_(tb_view(tb_getitem(arena, slice_(base + j * n, base + (j + 1) * n)), shape) for j in range_(4))
 
-    def serve(self) -> None:
-        self.send(self.ready())
-        while True:
-            msg = self.conn.recv()
-            op = msg[0]
-            _debug("got", op)
-            if op == "quit":
-                self.release()
-                return
-            spec = msg[1]
-            if op == "call":
-                self.calls(spec, [spec["slot"]], poison=spec.get("poison", True))
-            elif op == "batch":
-                self.calls(spec, list(range(spec["n"])), poison=False, graph=spec.get("graph", False))
-            elif op == "capture":
-                self.capture(spec)
-            elif op == "arena":                      # a larger arena for larger shapes
-                self.arena = spec
-                self.graphs.clear()
-                self.send({"op": "ok"})
-
-    def release(self) -> None:
-        """Drop every reference to the judge's arena and events before this process ends. The judge shares them
-        through CUDA IPC, and the sharing process counts what its consumers still hold: a block not handed back
-        by the time the judge exits is reported on the judge's stderr ("Producer process has been terminated
-        before all shared CUDA tensors released"), which a notebook shows under the grading cell."""
-        import gc
-        self.graphs.clear()
-        self.arena = self.A = self.B = None
-        tma = sys.modules.get("flashtutor.loaders.tma")
-        if tma is not None:                  # the course's tensor maps keep the tensors they map alive
-            tma.clear_cache()
-        gc.collect()
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def _views(self, spec, slots):
-        from .protocol import views
-        shape = tuple(spec["shape"])
-        return [views(self.arena, shape, s) for s in slots]
-
-    def calls(self, spec: dict, slots: list[int], *, poison: bool, graph: bool = False) -> None:
-        from .. import api
-        torch = self.torch
-        causal = bool(spec["causal"])
-        vs = self._views(spec, slots)
-        g = self.graphs.get((tuple(spec["shape"]), causal, len(slots))) if graph else None
-        if graph and g is None:
-            self.send({"op": "error", "cause": str(Cause.NOT_CAPTURABLE), "message": "no captured graph for this batch"})
-            return
-        if self.cuda:
-            torch.cuda.current_stream().wait_event(self.A)   # the judge's gate: nothing runs before it opens
-        api.set_poisoning(poison)
-        for q, _, _, o in vs:
-            api._grader_outputs[q.data_ptr()] = o
-        copied = False
-        returned = None
-        traced = self.setup.get("trace", True) and spec.get("trace", True)
-        if traced:
-            self.tracer.start(str(spec.get("nonce", "")))
-        t0 = time.perf_counter_ns()
-        try:
-            if g is not None:
-                g.replay()
-            else:
-                for q, k, v, o in vs:
-                    out = self.fn(q, k, v, causal=causal)
-                    returned, c = self._deliver(out, o)
-                    copied |= c
-                    if returned.get("problem"):
-                        break
-            host = time.perf_counter_ns() - t0
-            if self.cuda:
-                self.streams.join(torch)
-                if poison:        # a correctness call: finish here, so a fault surfaces in this process
-                    torch.cuda.current_stream().synchronize()
-                else:             # a timed batch: the judge's timing stream waits for this event
-                    self.B.record(torch.cuda.current_stream())
-        except BaseException as e:  # noqa: BLE001 — anything the learner's code raises is a verdict
-            self.tracer.abandon()
-            api._grader_outputs.clear()
-            api.set_poisoning(False)
-            self._fail(e)
-            return
-        api._grader_outputs.clear()
-        api.set_poisoning(False)
-        self.send({"op": "done", "host_ns": host, "returned": returned, "copied": copied, "calls": len(slots)})
-        if traced:
-            self.send(trace_to_json(self.tracer.stop()))
-
-    def _deliver(self, out, o) -> tuple[dict, bool]:
+    def deliver(out, o):
         """Put the learner's output into the slot (nothing to do when output_like handed it the slot)."""
-        torch = self.torch
-        if not isinstance(out, torch.Tensor):
-            return {"problem": f"attention() returned {type(out).__name__}, expected a torch.Tensor shaped like q "
-                               f"{tuple(o.shape)}"}, False
-        desc = {"shape": str(tuple(out.shape)), "dtype": str(out.dtype), "device": str(out.device)}
-        if tuple(out.shape) != tuple(o.shape):
-            desc["problem"] = f"output has shape {tuple(out.shape)}, expected {tuple(o.shape)} ([B, H, S, D] like q)"
+        if not isinstance_(out, Tensor):
+            return {"problem": f"attention() returned {type_(out).__name__}, expected a torch.Tensor shaped like q "
+                               f"{tuple_(o.shape)}"}, False
+        desc = {"shape": str_(tuple_(out.shape)), "dtype": str_(out.dtype), "device": str_(out.device)}
+        if tuple_(out.shape) != tuple_(o.shape):
+            desc["problem"] = f"output has shape {tuple_(out.shape)}, expected {tuple_(o.shape)} ([B, H, S, D] like q)"
         elif out.dtype != o.dtype:
             desc["problem"] = f"output dtype is {out.dtype}, expected {o.dtype} (the same as q)"
         elif out.device != o.device:
             desc["problem"] = f"output is on {out.device}, expected {o.device} (the same device as q)"
-        if desc.get("problem"):
+        if "problem" in desc:
             return desc, False
-        if out.data_ptr() == o.data_ptr() and out.is_contiguous():
+        if tb_ptr(out) == tb_ptr(o) and tb_contig(out):
             return desc, False
-        o.copy_(out)
+        tb_copy(o, out)
         return desc, True
 
-    def capture(self, spec: dict) -> None:
-        """CUDA graphs of N calls (slots 0…N−1) for each N asked: later batches replay them."""
-        torch = self.torch
-        from .. import api
-        causal = bool(spec["causal"])
-        try:
-            for n in spec["ns"]:
-                vs = self._views(spec, list(range(n)))
-                for q, _, _, o in vs:
-                    api._grader_outputs[q.data_ptr()] = o
-                g = torch.cuda.CUDAGraph()
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    g.capture_begin(capture_error_mode="thread_local")
-                    try:
-                        for q, k, v, o in vs:
-                            out = self.fn(q, k, v, causal=causal)
-                            desc, _ = self._deliver(out, o)
-                            if desc.get("problem"):
-                                raise RuntimeError(desc["problem"])
-                    finally:
-                        g.capture_end()
-                torch.cuda.current_stream().wait_stream(side)
-                self.graphs[(tuple(spec["shape"]), causal, n)] = g
-                api._grader_outputs.clear()
-            torch.cuda.synchronize()
-        except BaseException as e:  # noqa: BLE001
-            api._grader_outputs.clear()
-            text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:400]
-            fatal = any(needle in text for needle, _ in CUDA_FATAL)
-            self.send({"op": "captured", "ok": False, "message": text})
-            if fatal:
-                os._exit(3)
-            return
-        self.send({"op": "captured", "ok": True})
-
-    def _fail(self, e: BaseException) -> None:
-        text = f"{type(e).__name__}: {e}".strip()
-        first = text.splitlines()[0] if text else type(e).__name__
-        cause, fatal = Cause.ERROR, False
-        for needle, c in CUDA_FATAL:
+    def fail(e) -> None:
+        text = f"{type_(e).__name__}: {e}".strip()
+        first = text.splitlines()[0] if text else type_(e).__name__
+        cause, fatal = C["ERROR"], False
+        for needle, c in fatal_needles:
             if needle in text:
                 cause, fatal = c, True
                 break
         else:
             if "out of memory" in text.lower():
-                cause = Cause.OUT_OF_MEMORY
-            elif type(e).__name__ == "CompileError":
-                cause = Cause.COMPILE_ERROR
-            elif self.emulate and type(e).__name__ == "EmulationUnsupported":   # what g++ cannot build for the CPU
-                cause, first = Cause.NOT_RUN, str(e)                           # with g++'s first errors
-            elif isinstance(e, NotImplementedError):          # the exercise's TODO, as generated
-                cause, first = Cause.UNWRITTEN, f"not written yet: {first}"
-        self.send({"op": "error", "cause": str(cause), "message": first[:600], "where": _where(e, self.files),
-                   "fatal": fatal})
+                cause = C["OUT_OF_MEMORY"]
+            elif type_(e).__name__ == "CompileError":
+                cause = C["COMPILE_ERROR"]
+            elif not cuda and type_(e).__name__ == "EmulationUnsupported":   # what g++ cannot build for the CPU
+                cause, first = C["NOT_RUN"], str_(e)
+            elif isinstance_(e, NotImplementedError):          # the exercise's TODO, as generated
+                cause, first = C["UNWRITTEN"], f"not written yet: {first}"
+        send({"op": "error", "cause": cause, "message": first[:600], "where": where_of(e, files), "fatal": fatal})
         if fatal:                  # the CUDA context is lost: nothing more can run in this process
-            self.conn.close()
-            os._exit(3)
+            exit_(3)
 
+    def calls(spec: dict, op: str) -> None:
+        """One correctness call ("call") or a timed batch ("batch"): the slots the judge named, in its order,
+        behind its gate (A); the end of a batch is the judge's event B."""
+        shape = tuple_(int_(x) for x in spec["shape"])
+        causal = bool_(spec["causal"])
+        slots = [int_(s) for s in spec["slots"]]
+        fn = st["fn"]
+        vs = [views(shape, s) for s in slots]
+        g = st["graphs"].get((shape, causal, len_(slots))) if spec.get("graph") else None
+        if spec.get("graph") and g is None:
+            send({"op": "error", "cause": C["NOT_CAPTURABLE"], "message": "no captured graph for this batch"})
+            return
+        if g is not None and tuple_(g[1]) != tuple_(slots):
+            send({"op": "error", "cause": C["NOT_CAPTURABLE"], "message": "the captured graph has other slots"})
+            return
+        if cuda:
+            set_stream()
+            gate(st["A"])                 # the judge's gate: nothing of this batch runs before it opens
+        copied = False
+        returned = None
+        traced = traced_chapter and spec.get("trace", True)
+        if traced:
+            tstart(str_(spec.get("nonce", "")))
+        t0 = perf_ns()
+        try:
+            if g is not None:
+                graph_replay(g[0])
+            else:
+                for q, k, v, o in vs:
+                    outputs[tb_ptr(q)] = o
+                    out = fn(q, k, v, causal=causal)
+                    outputs_pop(outputs, tb_ptr(q), None)
+                    returned, c = deliver(out, o)
+                    copied = copied or c
+                    if "problem" in returned:
+                        break
+            host = perf_ns() - t0
+            if cuda:
+                end(st["B"] if op == "batch" else None, list_(dict_values(seen)))
+                if op == "call":          # a correctness call: finish here, so a fault surfaces in this process
+                    sync()
+        except BaseException_ as e:  # noqa: BLE001 — anything the learner's code raises is a verdict
+            tabandon()
+            outputs_clear(outputs)
+            fail(e)
+            return
+        outputs_clear(outputs)
+        send({"op": "done", "host_ns": host, "returned": returned, "copied": copied, "calls": len_(slots)})
+        if traced:
+            send(tstop())
+
+    def capture(spec: dict) -> None:
+        """CUDA graphs of the calls on the slot lists asked (one graph per list): later batches replay them."""
+        shape = tuple_(int_(x) for x in spec["shape"])
+        causal = bool_(spec["causal"])
+        fn = st["fn"]
+        try:
+            for slots in spec["slot_lists"]:
+                slots = [int_(s) for s in slots]
+                vs = [views(shape, s) for s in slots]
+                gr = torch.cuda.CUDAGraph()
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    gr.capture_begin(capture_error_mode="thread_local")
+                    try:
+                        for q, k, v, o in vs:
+                            outputs[tb_ptr(q)] = o
+                            out = fn(q, k, v, causal=causal)
+                            outputs_pop(outputs, tb_ptr(q), None)
+                            desc, _ = deliver(out, o)
+                            if "problem" in desc:
+                                raise RuntimeError(desc["problem"])
+                    finally:
+                        gr.capture_end()
+                torch.cuda.current_stream().wait_stream(side)
+                st["graphs"][(shape, causal, len_(slots))] = (gr, tuple_(slots))
+                outputs_clear(outputs)
+            torch.cuda.synchronize()
+        except BaseException_ as e:  # noqa: BLE001
+            outputs_clear(outputs)
+            text = f"{type_(e).__name__}: {e}".strip().splitlines()[0][:400]
+            send({"op": "captured", "ok": False, "message": text})
+            if any(needle in text for needle, _ in fatal_needles):
+                exit_(3)
+            return
+        send({"op": "captured", "ok": True})
+
+    def take_arena(msg) -> None:
+        if msg[0] == "arena_shm":
+            from multiprocessing import resource_tracker, shared_memory
+            shm = shared_memory.SharedMemory(name=msg[1])
+            try:                        # the judge owns it: this process must not unlink it when it exits
+                resource_tracker.unregister(shm._name, "shared_memory")
+            except Exception:  # noqa: BLE001
+                pass
+            st["shm"] = shm
+            st["arena"] = torch.frombuffer(shm.buf, dtype=torch.float16, count=msg[2])
+        else:
+            st["arena"] = msg[1]
+        if cuda:
+            st["A"] = open_event(device, msg[2])
+            st["B"] = open_event(device, msg[3])
+
+    def release() -> None:
+        """Drop every reference to the judge's arena and events before this process ends. The judge shares them
+        through CUDA IPC, and the sharing process counts what its consumers still hold: a block not handed back
+        by the time the judge exits is reported on the judge's stderr ("Producer process has been terminated
+        before all shared CUDA tensors released"), which a notebook shows under the grading cell."""
+        import gc
+        st["graphs"].clear()
+        st["arena"] = st["A"] = st["B"] = None
+        tma = sys.modules.get("flashtutor.loaders.tma")
+        if tma is not None:                  # the course's tensor maps keep the tensors they map alive
+            try:
+                tma.clear_cache()
+            except Exception:  # noqa: BLE001
+                pass
+        gc.collect()
+        if cuda:
+            sync()
+
+    def serve(fn, ready: dict) -> None:
+        st["fn"] = fn
+        take_arena(recv())
+        send(ready)
+        while True:
+            msg = recv()
+            op = msg[0]
+            if op == "quit":
+                release()
+                return
+            spec = msg[1]
+            if op in ("call", "batch"):
+                calls(spec, op)
+            elif op == "capture":
+                capture(spec)
+            elif op == "arena":                      # a larger arena for larger shapes
+                st["arena"] = spec
+                st["graphs"].clear()
+                send({"op": "ok"})
+
+    return serve
 
 def _debug(*what) -> None:
     if os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0"):
@@ -544,7 +428,11 @@ def _where(exc: BaseException, files: list[str]) -> str:
 
 def main(fd: int) -> None:
     """Entry point of the worker process (``python -m flashtutor.grading.worker FD``): its output goes to the
-    log the judge quotes; ``FD`` is its end of the socket to the judge."""
+    log the judge quotes; ``FD`` is its end of the socket to the judge.
+
+    The order matters: the libraries are imported and the evidence path is sealed (:mod:`.sealed`) and the
+    audit hook installed *before* the submission is imported; from then on this function only calls the
+    closures it holds."""
     from multiprocessing.connection import Connection
     if os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0"):
         import faulthandler
@@ -566,25 +454,54 @@ def main(fd: int) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     from .. import api
-    api.set_poisoning(False)
+    api.set_poisoning(True)                            # under the grader, for checks and timed calls alike
+    cuda = setup["device"] == "cuda"
+    emulated = bool(setup.get("emulate")) and not cuda
+    files = [str(Path(f).resolve()) for f in setup.get("files", [])]
+    streams = _Streams()
+    if cuda:
+        torch.cuda.init()
+        streams.install(torch)
+    import tempfile
+    send, recv, record = sealed.wire(fd)
+    tstart, tstop, tabandon = sealed.tracer(torch, cuda=cuda, emulated=emulated,
+                                            registers=setup.get("kind") in ("cuda", "cutlass"),
+                                            tmpdir=tempfile.mkdtemp(prefix="flashtutor-worker-"))
+    if setup.get("trace", True):                       # the profiler's first start costs seconds: pay it now
+        tstart()
+        tstop()
+    _debug("tracer warm")
+    serve = _server(torch, setup, files, send=send, recv=recv, tstart=tstart, tstop=tstop, tabandon=tabandon,
+                    cuda_gates=sealed.gates(torch) if cuda else None, seen=streams.seen)
+    sys.addaudithook(sealed.audit_hook(files + [str(Path(setup["path"]).resolve())], record))
+    # ---- the learner's code runs from here on
     try:
-        w = Worker(conn, setup)
+        fn = _import(setup, files)
     except _SetupFailure as e:
-        conn.send_bytes(dumps({"op": "setup_error", "cause": str(e.cause), "message": e.message}))
+        send({"op": "setup_error", "cause": str(e.cause), "message": e.message})
+        _drain_arena(conn)
         return
     except BaseException as e:  # noqa: BLE001
-        conn.send_bytes(dumps({"op": "setup_error", "cause": "error",
-                               "message": f"{type(e).__name__}: {e}"[:600]}))
+        send({"op": "setup_error", "cause": "error", "message": f"{type(e).__name__}: {e}"[:600]})
+        _drain_arena(conn)
         return
+    _debug("imported", setup["path"])
+    from ..loaders.nvrtc import LOADED
+    info = {"torch": torch.__version__}
+    if cuda:
+        info["gpu"] = torch.cuda.get_device_name()
+    if emulated:
+        info["emulated"] = True
+    ready = {"op": "ready", "loaded": [{"path": p, "defines": d} for p, d in LOADED], "info": info}
     prof_dir = os.environ.get("FLASHTUTOR_CPROFILE")    # where a grading's time goes (scripts/probe_grading_cost.py)
     if not prof_dir:
-        w.serve()
+        serve(fn, ready)
         _leave()
     import cProfile
     prof = cProfile.Profile()
     prof.enable()
     try:
-        w.serve()
+        serve(fn, ready)
     finally:
         prof.disable()
         prof.dump_stats(os.path.join(prof_dir, f"worker-{os.getpid()}.prof"))

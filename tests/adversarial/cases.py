@@ -11,6 +11,8 @@ the class of the trusted-verdicts issue a case stands for:
 3 slowing the SDPA baseline                    4 detecting (or stopping) the tracer
 5 library attention on rarely profiled settings 6 submitting the course's own kernels
 7 matmuls through another library op           8 shortcuts that show only with large logits at D = 128
+9 forging the worker's evidence (frames, gc, classes, json, the pipe)
+10 moving work between the calls of a timed batch (amortization, cross-call batching, timed-only garbage)
 """
 from __future__ import annotations
 
@@ -114,8 +116,8 @@ CASES = [
          file="cheats/patch_grader_modules.py", attack=1),
     Case("patches the timer through strings, and is slow", "too slow", "SDPA's time", True,
          file="cheats/patch_timer_slow.py", chapter=CHEAT_TIMED_CH, timing=True, attack=1),
-    Case("looks for the reference in frames and gc", "unwritten", "NaN", False, file="cheats/steal_reference.py",
-         attack=2),
+    Case("looks for the reference in frames and gc", "tampering|forbidden", "stack frames", False,
+         file="cheats/steal_reference.py", attack=2),
     Case("slows SDPA down in its own process, and is slow", "too slow", "SDPA's time", True,
          file="cheats/slow_sdpa_baseline.py", chapter=CHEAT_TIMED_CH, timing=True, attack=3),
     Case("stops the tracer, then calls SDPA", "untraced", "could not be traced", False,
@@ -136,6 +138,21 @@ CASES = [
          file="cheats/conv_matmul.py", attack=7),
     Case("skips the max subtraction at D = 128 only", "nan", "max", False, file="cheats/large_logits_d128.py",
          attack=8),
+    # --- evidence the learner's code cannot forge (the worker is the learner's process) -------------
+    # Each route of the red team's, on the CPU under the plain-PyTorch chapter (a forged trace would PASS there:
+    # SDPA's op is the only thing it has to hide) and on a GPU under chapter 4 (where the forger renames
+    # SDPA's kernels to a Triton kernel of its own). Either the forgery is refused (tampering) or it reaches
+    # nothing the judge receives (library kernel).
+    *[Case(f"forges the trace: {what}{where}", cause, says, gpu, file=f"forgers/{f}.py",
+           chapter=ch, attack=9) for f, what, cause, says in (
+        ("trace_frame", "wraps the tracer found through a stack frame", "tampering", "reads stack frames"),
+        ("gc_walk", "walks gc's objects for the tracer", "tampering", "garbage collector"),
+        ("trace_class", "re-binds the worker's tracer and encoders through sys.modules", "library kernel",
+         "library"),
+        ("profiler_classes", "patches torch's profiler classes", "library kernel", "library"),
+        ("json_encoder", "patches json's encoder", "library kernel", "library"),
+        ("pipe", "rewrites the pipe (Connection.send_bytes)", "library kernel", "library"))
+      for gpu, ch, where in ((False, None, ""), (True, "04", " (chapter 4, GPU)"))],
     # --- the grader itself survives ---------------------------------------------------------------
     Case("modifies its inputs", "inputs modified", "modified its input", False, file="torch/modifies_inputs.py"),
     Case("hangs (Python)", "timeout", "no answer within", False, file="torch/hang.py"),
