@@ -35,6 +35,21 @@ def _load(path, name):
     return mod
 
 
+def _run(code: str, path, **env) -> list[str]:
+    """``code`` in a fresh Python with the wrong kernel's folder as argv[1]: its two lines of output."""
+    import os
+    import subprocess
+
+    from flashtutor.chapters import ROOT
+    e = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    e.update(env, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", code, str(path.parent)], capture_output=True, text=True, env=e,
+                       timeout=120)
+    lines = p.stdout.strip().splitlines()
+    assert p.returncode == 0 and len(lines) == 2, (p.stdout, p.stderr[-2000:])
+    return lines
+
+
 COMPILE = """
 import pickle, sys
 import triton
@@ -62,17 +77,8 @@ except Exception as err:
 def test_a_compilation_error_names_the_kernel_line_not_the_launch(wrong_kernel):
     """Compiled (Triton's front end, for sm_90, no GPU needed) in a process of its own: Triton's interpreter and
     its compiler do not share one process well (each leaves triton.language patched for the other)."""
-    import os
-    import subprocess
-
-    from flashtutor.chapters import ROOT
     path, dot, launch = wrong_kernel
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_DEFAULT_FP_FUSION="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", COMPILE, str(path.parent)], capture_output=True, text=True, env=env,
-                       timeout=120)
-    lines = p.stdout.strip().splitlines()
-    assert p.returncode == 0 and len(lines) == 2, (p.stdout, p.stderr[-2000:])
+    lines = _run(COMPILE, path, TRITON_DEFAULT_FP_FUSION="1")
     kind, where, where_bare, no_tb, elsewhere = lines[0].split("|")
     assert kind == "CompilationError"
     assert where == f"{path}:{dot}" and where != f"{path}:{launch}"
@@ -80,19 +86,32 @@ def test_a_compilation_error_names_the_kernel_line_not_the_launch(wrong_kernel):
     assert lines[1] == "CompilationError: input and other must have equal reduction dimensions"
 
 
-def test_an_interpreter_error_names_the_kernel_line_not_the_launch(wrong_kernel, monkeypatch):
-    import torch
+INTERPRET = """
+import sys
+import torch
+from flashtutor.grading.diagnose import error_location, error_summary
+sys.path.insert(0, sys.argv[1])
+import attention
+q = torch.randn(1, 2, 37, 128, dtype=torch.float16)   # D = 128 ≠ BLOCK_N: the reduction dims differ
+try:
+    attention.attention(q, q, q)
+    print("ran")
+except Exception as err:
+    print(type(err).__name__, error_location(err, [attention.__file__]),
+          error_location(err, [attention.__file__ + ".other"]) == "", sep="|")
+    print(error_summary(err))
+"""
+
+
+def test_an_interpreter_error_names_the_kernel_line_not_the_launch(wrong_kernel):
+    """Through Triton's interpreter (TRITON_INTERPRET=1, read when @triton.jit decorates the kernel), in a process
+    of its own as a grading's worker is."""
     path, dot, launch = wrong_kernel
-    monkeypatch.setenv("TRITON_INTERPRET", "1")      # read when @triton.jit decorates the kernel
-    mod = _load(path, "wrong_dot_interpreted")
-    q = torch.randn(1, 2, 37, 128, dtype=torch.float16)   # D = 128 ≠ BLOCK_N: the reduction dims differ
-    with pytest.raises(Exception) as e:
-        mod.attention(q, q, q)
-    assert type(e.value).__name__ == "InterpreterError"
-    assert error_location(e.value, [path]) == f"{path}:{dot}"
-    assert error_location(e.value, [path]) != f"{path}:{launch}"
-    assert "reduction dimensions" in error_summary(e.value)
-    assert error_location(e.value, [path.with_name("other.py")]) == ""
+    lines = _run(INTERPRET, path, TRITON_INTERPRET="1")
+    kind, where, elsewhere = lines[0].split("|")
+    assert kind == "InterpreterError"
+    assert where == f"{path}:{dot}" and where != f"{path}:{launch}" and elsewhere == "True"
+    assert "reduction dimensions" in lines[1]
 
 
 def test_other_errors_keep_the_innermost_frame_in_the_learners_files(tmp_path):
