@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from . import sealed
@@ -158,7 +157,7 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
     BaseException_ = BaseException
     fatal_needles = tuple((n, str(c)) for n, c in CUDA_FATAL)
     C = {c.name: str(c) for c in Cause}
-    where_of = _where
+    from .diagnose import error_location as where_of, error_summary
     exit_ = os._exit
     dict_values = dict.values
     if cuda:
@@ -199,7 +198,7 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
 
     def fail(e) -> None:
         text = f"{type_(e).__name__}: {e}".strip()
-        first = text.splitlines()[0] if text else type_(e).__name__
+        first = error_summary(e)
         cause, fatal = C["ERROR"], False
         for needle, c in fatal_needles:
             if needle in text:
@@ -415,15 +414,10 @@ def _prebuild(files: list[str]) -> str | None:
 
 
 def _where(exc: BaseException, files: list[str]) -> str:
-    """The innermost traceback frame inside the learner's files, as 'file:line'."""
-    best = ""
-    for fr in traceback.extract_tb(exc.__traceback__):
-        try:
-            if str(Path(fr.filename).resolve()) in files:
-                best = f"{fr.filename}:{fr.lineno}"
-        except OSError:
-            pass
-    return best
+    """Where in the learner's files ``exc`` comes from, as 'file:line' (a Triton kernel's own line, not its
+    launch's: :func:`.diagnose.error_location`)."""
+    from .diagnose import error_location
+    return error_location(exc, files)
 
 
 def main(fd: int) -> None:

@@ -75,7 +75,20 @@ def write_helper_control(folder: Path) -> Path:
     return folder / "attention.py"
 
 
-MAKERS = {"helper_control": write_helper_control}
+def write_batcher(name: str):
+    """A timing cheat of batchers/ beside the chapter-4 solution as helper.py (and the shared _into.py)."""
+    def make(folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "helper.py").write_text((ROOT / "solutions/04_triton_online_softmax/attention.py").read_text())
+        for f in ("_into.py", f"{name}.py"):
+            (folder / f).write_text((HERE / "batchers" / f).read_text())
+        (folder / "attention.py").write_text(f"from {name} import attention  # noqa: F401\n")
+        return folder / "attention.py"
+    return make
+
+
+MAKERS = {"helper_control": write_helper_control,
+          **{n: write_batcher(n) for n in ("amortize", "timed_garbage", "cross_call_frames")}}
 
 CASES = [
     # --- CUDA kernels (chapter 1): wrong answers and crashes -------------------------------------
@@ -153,6 +166,13 @@ CASES = [
         ("json_encoder", "patches json's encoder", "library kernel", "library"),
         ("pipe", "rewrites the pipe (Connection.send_bytes)", "library kernel", "library"))
       for gpu, ch, where in ((False, None, ""), (True, "04", " (chapter 4, GPU)"))],
+    # Moving work between the calls of a timed batch (chapter 4's kernel, driven by a cheat).
+    Case("computes the whole arena on a batch's first call", "calls not independent|below floor",
+         "not independent|roofline", True, make="amortize", chapter="04", timing=True, attack=10),
+    Case("returns unwritten outputs on half of a timed batch's calls", "timed output wrong", "timed call", True,
+         make="timed_garbage", chapter="04", timing=True, attack=10),
+    Case("finds the batch's other slots in the worker's frame", "tampering", "stack frames", False,
+         make="cross_call_frames", chapter="04", attack=10),
     # --- the grader itself survives ---------------------------------------------------------------
     Case("modifies its inputs", "inputs modified", "modified its input", False, file="torch/modifies_inputs.py"),
     Case("hangs (Python)", "timeout", "no answer within", False, file="torch/hang.py"),
