@@ -34,6 +34,7 @@ from .problems import Problem, reference
 RATIO = 2.0                 # allowed error relative to SDPA's own fp16 error
 FP16_ULP_AT_1 = 2.0 ** -10  # fp16 has 10 explicit mantissa bits: ulp(x) <= x * 2^-10
 FP16_EXP_LIMIT = math.log(65504.0)   # ≈ 11.09: e^s above this is inf once cast to fp16
+ALL_NAN = "every output element is NaN computed by the kernel"   # rules.py reads a case's message by this
 PLAIN_NAN_BITS = 0x7E00     # torch's fp16 fill_(nan): the judge's pre-fill before the never-written pattern
 
 
@@ -199,8 +200,16 @@ def _explain_computed(p: Problem, q, k, v, o: torch.Tensor, bad: torch.Tensor, r
     what = "NaN" if bool(isnan.any()) else "Inf"
     idx = _unravel(int(bad.flatten().nonzero()[0]), bad.shape)
     b, h = idx[0], idx[1]
+    if n_bad == n and what == "NaN" and bool(isnan.all()) and p.qk_std == 1.0 and not (p.causal and S == 1):
+        # Every element NaN with ordinary logits (no exp can overflow): 0/0 in every row, a softmax sum of 0 —
+        # no key was ever added. The exercise's stub does that: the loop over the keys is still a TODO. (A causal
+        # S = 1 is row 0 alone, which a mask off by one empties too: rules.py tells them apart from the others.)
+        return (f"{ALL_NAN} (not the grader's never-written pre-fill), with ordinary logits that cannot overflow: 0/0 in every row, a softmax sum of 0 — no key was ever "
+                f"added. Is the loop over the keys still the TODO stub (or does it never run)?", "unwritten")
     head = (f"{n_bad} of {n} output elements are {what} computed by the kernel (not the grader's never-written "
             f"pre-fill); the first at {_fmt_idx(idx)}.")
+    if n_bad == n and what == "NaN" and bool(isnan.all()):
+        head = f"{ALL_NAN} (not the grader's never-written pre-fill)."
     rows_bad = bad.any(dim=-1)                           # [B, H, S]
     bad_s = rows_bad.any(dim=0).any(dim=0)               # [S]
     rows = bad_s.nonzero().flatten().tolist()

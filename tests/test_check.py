@@ -173,16 +173,18 @@ def test_the_pattern_everywhere_is_wrote_nothing(case):
     assert r.cause == "unwritten" and "wrote nothing" in r.message and "stub" in r.message, r.message
 
 
-def test_nan_computed_everywhere_is_not_wrote_nothing(case):
-    """Every element NaN by arithmetic (0/0 on the CPU: 0xFE00; a GPU's 0x7FFF): the kernel wrote NaN."""
-    q, k, v, ref, s = case
+def test_nan_computed_everywhere_is_not_wrote_nothing():
+    """Every element NaN by arithmetic (0xFE00 as a CPU computes it; a GPU's 0x7FFF) on large logits: the kernel wrote
+    NaN (an overflow can explain it), not nothing."""
+    p = P.replace(qk_std=6.0)
+    q, k, v = p.inputs(seed=5)
     z = torch.zeros(q.shape)
     cpu_nan = (z / z).half()
     gpu_nan = torch.full_like(q, 0).view(torch.int16).fill_(0x7FFF).view(torch.float16)
     for out, bits in ((cpu_nan, 0xFE00), (gpu_nan, 0x7FFF)):
         assert _bits(out) == {bits}
-        r = check_output(P, q, k, v, out, ref=ref, sdpa_out=s)
-        assert r.cause == "nan" and "computed by the kernel" in r.message, r.message
+        r = check_output(p, q, k, v, out)
+        assert r.cause == "nan" and "computed by the kernel" in r.message and "large logits" in r.message, r.message
         assert "wrote nothing" not in r.message and "never written" not in r.message
 
 
@@ -254,3 +256,13 @@ def test_unwritten_and_computed_nan_together_name_both(case):
     out[0, 0, 3, 5] = (torch.zeros(1) / torch.zeros(1)).half()
     r = check_output(P, q, k, v, out, ref=ref, sdpa_out=s)
     assert r.cause == "tail" and "computed" in r.message and "[b=0, h=0, s=3, d=5]" in r.message, r.message
+
+
+def test_nan_in_every_row_with_ordinary_logits_is_the_stubs_empty_loop(case):
+    """Chapter 4's stub runs, adds no key and stores acc / l = 0/0 everywhere: computed NaN, not a pre-fill, and
+    not an overflow (ordinary logits); the message points at the TODO loop, and does not say 'wrote nothing'."""
+    q, k, v, ref, s = case
+    z = torch.zeros(q.shape)
+    r = check_output(P, q, k, v, (z / z).half(), ref=ref, sdpa_out=s)
+    assert r.cause == "unwritten" and "TODO" in r.message and "0/0" in r.message, r.message
+    assert "wrote nothing" not in r.message and "overflow" not in r.message.replace("cannot overflow", "")

@@ -216,3 +216,24 @@ def test_a_real_emulated_write_past_the_output_reads_as_an_out_of_bounds_access(
     assert "past the end of a buffer" in text and "--sanitize" in text, text
     assert "USDT" not in text and "SyncActivityProfilerHandler" not in text and "STAGE:" not in text
     assert "wrote nothing" not in text
+
+
+def test_the_stub_is_the_stub_on_large_logits_too_but_a_kernel_without_the_max_is_not():
+    """All-NaN on a large-logit case is 0/0 (the stub) or an overflow: the ordinary cases decide. Every ordinary
+    case the stub's → the large-logit ones are the stub's too; ordinary cases right → the overflow hint."""
+    from flashtutor.check import ALL_NAN
+    stub = ALL_NAN + " (not the grader's …), with ordinary logits that cannot overflow: 0/0 … TODO stub?"
+    big = ALL_NAN + " (not the grader's never-written pre-fill). This case has large logits …"
+    names = [p + c for p in ORDINARY for c in ("", " causal")]
+    r = graded({**{n: (Cause.UNWRITTEN, stub) for n in names}, **{n: (Cause.NAN, big) for n in LARGE}})
+    assert r.causes == {"unwritten"} and all("TODO" in c.message for c in r.checks), r.causes
+    assert LARGE_LOGITS_HINT not in "\n".join(r.failures)
+    nomax = graded({n: (Cause.NAN, big) for n in LARGE})
+    assert nomax.causes == {"nan"} and LARGE_LOGITS_HINT in "\n".join(nomax.failures)
+    # A causal S = 1 (row 0 alone) all NaN: the stub's when the others are, a zero-key row when they pass.
+    zero = ALL_NAN + " (not the grader's …). Row s = 0 has it; … zero keys …"
+    r = graded({**{n: (Cause.UNWRITTEN, stub) for n in names if n != "B2 H2 S1 D64 causal"},
+                "B2 H2 S1 D64 causal": (Cause.NAN, zero)})
+    assert r.causes == {"unwritten"}, r.causes
+    offbyone = graded({"B2 H2 S1 D64 causal": (Cause.NAN, zero)})
+    assert offbyone.causes == {"nan"} and "zero keys" in offbyone.failures[0]

@@ -282,6 +282,25 @@ def large_logits_only(checks) -> bool:
     return any(c.ok and traits(c.problem) is not None and not traits(c.problem)["large logits"] for c in checks)
 
 
+def stub_on_large_logits(checks) -> None:
+    """The exercise's stub (a loop over the keys that adds nothing) stores 0/0 everywhere: on the ordinary cases
+    check.py can say so (no exp can overflow there: cause unwritten); on a large-logit case an overflow could
+    explain the same all-NaN output, and on a causal S = 1 a mask off by one. When every ordinary case is that
+    stub's and such a case is all NaN too, the same cause explains it: it is relabelled (in place) as the stub's."""
+    from ..check import ALL_NAN
+    named = [(c, traits(c.problem)) for c in checks]
+    # Ambiguous alone: large logits (an overflow), and a causal S = 1 (row 0 only: a mask off by one empties it).
+    plain = [c for c, t in named if t is not None and not t["large logits"] and not (t["causal"] and t["S"] == 1)]
+    if not plain or not all(not c.ok and str(c.cause) == str(Cause.UNWRITTEN)
+                            and (c.message or "").startswith(ALL_NAN) for c in plain):
+        return
+    for c, t in named:
+        if t is not None and not c.ok and (c.message or "").startswith(ALL_NAN) and str(c.cause) == str(Cause.NAN):
+            c.cause = Cause.UNWRITTEN
+            c.message = (f"{ALL_NAN}, as on every ordinary case, where nothing else explains it: the same 0/0 — no key "
+                         "was ever added. Is the loop over the keys still the TODO stub (or does it never run)?")
+
+
 def case_failures(checks) -> list[str]:
     """One message per distinct failure: cases that failed the same way (the same message, or one that
     differs only in its numbers) are one entry, with how many and which (problem and seed each). When only
@@ -369,6 +388,7 @@ def decide(r, ch: Chapter) -> None:
             r.warnings.append(text)
     for msg in sass_violations(ch.sass, r.resources) if not r.error else []:
         fail(Cause.SASS, msg)
+    stub_on_large_logits(r.checks)
     for c in r.checks:
         if not c.ok:
             causes.append(c.cause or Cause.WRONG)
