@@ -77,14 +77,15 @@ _BENIGN = {("collections", "namedtuple"), ("typing", "_caller"), ("typing", "__i
            ("enum", "__call__"), ("logging", "findCaller"), ("warnings", "_next_external_frame"),
            ("warnings", "warn"), ("traceback", "extract_stack"), ("traceback", "format_stack"),
            ("traceback", "print_stack"), ("traceback", "_extract_from_extended_frame_gen"),
-           ("traceback", "walk_tb"), ("traceback", "walk_stack"),
            ("<frozen importlib._bootstrap_external>", "source_to_code"),
            ("<frozen importlib._bootstrap_external>", "get_code")}
 # Events that hand out frames or live objects, or switch off what watches the process.
 _FRAME_EVENTS = {"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects",
                  "gc.get_referrers", "gc.get_referents", "sys.monitoring.register_callback",
                  "sys.monitoring.use_tool_id", "sys.addaudithook"}
-_FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code", "__code__", "gi_code", "cr_code"}
+# (Reading a code object — ``__code__``, ``f_code`` — is audited too, but hands out nothing live: inspect.signature
+# reads it for the learner. Replacing one is refused below.)
+_FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
 _WHAT = {"sys._getframe": "reads stack frames (sys._getframe)",
          "sys._current_frames": "reads every thread's stack frames (sys._current_frames)",
          "sys.settrace": "installs a trace function (sys.settrace)",
@@ -129,7 +130,7 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
     kinds: dict = {}
     from _thread import get_ident
     busy: dict = {}                    # threads inside the hook (its own look at frames raises events too)
-    PermissionError_ = PermissionError
+    PermissionError_, RuntimeError_ = PermissionError, RuntimeError
     isinstance_, str_, len_, int_, any_ = isinstance, str, len, int, any
 
     def kind(filename: str) -> str:
@@ -180,6 +181,8 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
             return
         where = f"{f.f_code.co_filename}:{f.f_lineno}"
         record(what, where)
+        if event == "sys.addaudithook":     # only a RuntimeError stops a hook from being added (and is swallowed)
+            raise RuntimeError_("tampering: adds an audit hook")
         raise PermissionError_(f"tampering: {what} at {where} — the grading worker does not allow a submission "
                                "to reach into the process that grades it")
 
@@ -193,7 +196,7 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
                 refuse(event, whats[event])
             elif event == "object.__getattr__":
                 if len_(args) > 1 and args[1] in frame_attrs:
-                    refuse(event, f"reads {args[1]} (a frame or code object)")
+                    refuse(event, f"reads {args[1]} (a frame)")
             elif event == "object.__setattr__":
                 if len_(args) > 1 and args[1] == "__code__":
                     refuse(event, "replaces a function's __code__")
@@ -349,6 +352,9 @@ def tracer(torch, *, cuda: bool, emulated: bool = False, registers: bool = True,
     except TypeError:                                    # an older torch: no trace id
         config = template.config()
     del template
+    # CUPTI reports a kernel once it has run: the session ends only after the device has finished (a timed batch
+    # is still waiting behind the judge's gate when the worker answers), as torch's profile.__exit__ does.
+    device_sync = torch._C._cuda_synchronize if cuda else (lambda: None)
     state = {"nonce": "", "on": False, "saves": 0}
 
     def untraced(why: str) -> dict:
@@ -365,6 +371,10 @@ def tracer(torch, *, cuda: bool, emulated: bool = False, registers: bool = True,
     def abandon() -> None:
         if state["on"]:
             state["on"] = False
+            try:
+                device_sync()
+            except Exception_:  # noqa: BLE001 — a lost context: the worker ends after this
+                pass
             try:
                 disable()
             except Exception_:  # noqa: BLE001
@@ -439,6 +449,7 @@ def tracer(torch, *, cuda: bool, emulated: bool = False, registers: bool = True,
         nonce = state["nonce"]
         try:
             rf_exit(rf_enter("flashtutor:" + nonce + ":end"))
+            device_sync()
             result = disable()
             on_stop()
             events = res_events(result)

@@ -60,7 +60,7 @@ GATE_FACTOR = 1.25              # the gate's sleep: this times the batch's expec
 GATE_MARGIN_US = 1500.0         # a gate that opened early is redone with twice the factor, which then decays
 GATE_FACTOR_MAX = 16.0          # (a call that waits for the GPU never lets a gate hold: its sleeps stay bounded)
 GATE_TRIES = 3
-POOL_MAX = 512                  # slots a worker's batch draws from (all get fresh inputs before every batch)
+POOL_MAX = 256                  # slots a worker's batch draws from (all get fresh inputs before every batch)
 # The fixed cost a batch of yours may have beyond the grader's control batch (no call, same gate and hops): a
 # batch that costs more than its calls did work once per batch — outputs of other calls computed ahead.
 FIXED_MIN_US = 50.0             # at least this much (H100: the control's jitter is a few µs) …
@@ -587,7 +587,8 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
     tampering: list = []
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
-        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+        # the two sizes in a random order each round: a batch cannot tell from the last one how large it is
+        for which in rng.sample((0, 1), 2):
             for name in order:
                 n = per[name][which]
                 g = (graphs or {}).get(name)

@@ -119,7 +119,8 @@ CASES = [
     Case("calls SDPA through strings", "library kernel", "library", False, file="cheats/sdpa_hidden.py"),
     Case("torch.matmul + softmax", "forbidden", "matmul", False, file="cheats/matmul_softmax.py"),
     # --- stale, lazy, or imprecise answers ----------------------------------------------------------
-    Case("returns the previous call's output", "unwritten", "NaN", False, file="cheats/previous_output.py"),
+    Case("returns the previous call's output", "unwritten|wrong", "NaN|pre-fill|expected", False,
+         file="cheats/previous_output.py"),
     Case("returns a stale answer when timed", "timed output wrong", "timed call is wrong", True,
          file="cheats/stale_when_timed.py", timing=True),
     Case("computes in fp16 throughout", "precision", "fp32", False, file="cheats/lower_precision.py"),
@@ -131,7 +132,7 @@ CASES = [
          file="cheats/patch_timer_slow.py", chapter=CHEAT_TIMED_CH, timing=True, attack=1),
     Case("looks for the reference in frames and gc", "tampering|forbidden", "stack frames", False,
          file="cheats/steal_reference.py", attack=2),
-    Case("slows SDPA down in its own process, and is slow", "too slow", "SDPA's time", True,
+    Case("slows SDPA down in its own process, and is slow", "too slow|forbidden", "SDPA's time|torch._C", True,
          file="cheats/slow_sdpa_baseline.py", chapter=CHEAT_TIMED_CH, timing=True, attack=3),
     Case("stops the tracer, then calls SDPA", "untraced", "could not be traced", False,
          file="cheats/stop_profiler_then_sdpa.py", attack=4),
