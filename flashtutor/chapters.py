@@ -304,6 +304,10 @@ STEPS: dict[str, tuple[Step, ...]] = {
     "07": (Step("7a", "7a", _K + "k07a_wgmma_tma", "flashtutor/kernels/k07a_wgmma_tma.cu"),
            Step("7b", "7b", _K + "k07b_warp_specialized", "solutions/07_hopper/attention.cu", solution=True),
            Step("7c", "7c", _K + "k07c_pingpong", "flashtutor/kernels/k07c_pingpong.cu")),
+    # Chapter 8 (the backward pass) is being built: its steps exist and are tested (tests/test_ch08.py); the
+    # chapter itself is not in CHAPTERS until the grader grades a backward pass.
+    "08": (Step("8a", "teaching", _K + "k08a_backward", "solutions/08_backward/attention.py", solution=True),
+           Step("8b", "tuned", _K + "k08b_backward_tuned")),
 }
 # Files of flashtutor/kernels/ that a chapter uses and that are not a step of their own.
 KERNEL_FILES: dict[str, tuple[str, ...]] = {
