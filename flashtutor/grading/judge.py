@@ -246,6 +246,9 @@ class Judge:
             self.report.method.insert(0, EMULATED_METHOD)
             if self.ch.kind == "cutlass" and CUTLASS_REFERENCE not in self.report.warnings:
                 self.report.warnings.append(CUTLASS_REFERENCE)
+        native = native_host_code(self.ch, self.sub)
+        if native and self.report.checks and native not in self.report.warnings:
+            self.report.warnings.append(native)
         decide(self.report, self.ch)
         self.report.seconds = round(time.time() - t0, 1)
         return self.report
@@ -440,6 +443,25 @@ class Judge:
         elif cause not in (Cause.TIMEOUT, Cause.CRASH):
             text = f"{cause}: {text}"
         return CaseResult(p.name, seed, False, cause, text, log=msg.get("log", ""))
+
+
+def native_host_code(ch: Chapter, sub: Submission) -> str:
+    """A note when the submission puts native host code of its own into the worker ('' when it does not): a C++
+    extension built from its files, or chapter 5's CUTLASS host code. Native code in the worker can reach past
+    what the worker's guards see (the book's grading page says so); the verdict still stands on the judge's own
+    evidence, and the note says where the trace's guarantee ends."""
+    import re
+    text = "\n".join(p.read_text(errors="replace") for p in sub.python if p.exists())
+    why = ""
+    if ch.kind == "cutlass":
+        why = "chapter 5's GEMMs are C++ host code built from your configuration"
+    elif re.search(r"cpp_extension|load_inline|\bctypes\b|\bcffi\b", text):
+        why = "your files build or load a native library (cpp_extension, ctypes or cffi)"
+    if not why:
+        return ""
+    return (f"native host code in the worker: {why}. It runs in the worker beside the tracer, where native code can "
+            "reach past the worker's guards; the verdict's outputs and times are the grader's own measurements, the "
+            "list of kernels that ran is the part that rests on the worker")
 
 
 def _gpu_cannot_run(ch: Chapter) -> str:
