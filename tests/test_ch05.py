@@ -55,11 +55,13 @@ SEED_ASSERTS = cl.GemmConfig("qk", (64, 128, 64), (1, 1), "ws", "nosmem", ndebug
 # ------------------------------------------------------------------ nvcc, no GPU (the slow part) ----
 @pytest.fixture(scope="module")
 def compiled():
-    """Every configuration the CPU tests read, compiled in parallel (~60 s on 2 cores, cached after)."""
+    """Every configuration the CPU tests read, compiled one after another (~17 s and 2-3.5 GB of memory each
+    for nvcc's front end, ~70 s in all on a free core; cached after, in ~/.cache/flashtutor, once per machine).
+    One at a time: the tier's other worker has the other core, and two at once doubled the peak memory."""
     why = _have_nvcc_and_headers()
     if why:
         pytest.skip(why)
-    return cl.compile_check_many(_reference_configs() + [SEED_ASSERTS])
+    return cl.compile_check_many(_reference_configs() + [SEED_ASSERTS], workers=1)
 
 
 @pytest.mark.slow
@@ -103,6 +105,45 @@ def test_gemm_template_refuses_to_compile_without_its_macros(tmp_path):
         pytest.skip(why)
     with pytest.raises(cl.CutlassError, match="needs FT_NAME"):
         cl.nvcc_compile_check(cl.GEMM_SOURCE, {}, cache=False)
+
+
+def test_compile_check_cache_is_keyed_by_content_and_shared(tmp_path, monkeypatch):
+    """A cubin is compiled once per machine: found again from another virtual environment (the same CUTLASS
+    version, its headers in another folder) and by a second caller asking at the same time, which waits for
+    the first; a changed source is compiled anew."""
+    why = _have_nvcc_and_headers()
+    if why:
+        pytest.skip(why)
+    from concurrent.futures import ThreadPoolExecutor
+    monkeypatch.setattr(cl, "CACHE_ROOT", tmp_path / "cache")
+    runs, real_run = [], cl.subprocess.run
+
+    def counting_run(cmd, *a, **kw):
+        if "-cubin" in cmd:
+            runs.append(cmd)
+        return real_run(cmd, *a, **kw)
+    monkeypatch.setattr(cl.subprocess, "run", counting_run)
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n')
+    first = cl.nvcc_compile_check(cu)
+    assert len(runs) == 1 and first.histogram
+
+    other_env = tmp_path / "other-venv"                       # the same headers, reached by another path
+    other_env.mkdir()
+    moved = []
+    for i, d in enumerate(cl.cutlass_include_dirs()):
+        (other_env / f"include{i}").symlink_to(d)
+        moved.append(str(other_env / f"include{i}"))
+    monkeypatch.setattr(cl, "cutlass_include_dirs", lambda: moved)
+    again = cl.nvcc_compile_check(cu)
+    assert len(runs) == 1, "a new environment compiled the same source again"
+    assert again.cubin == first.cubin and again.histogram == first.histogram
+
+    cu.write_text('extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.f; }\n')
+    with ThreadPoolExecutor(2) as ex:                          # two callers at once: one nvcc
+        a, b = ex.map(lambda _: cl.nvcc_compile_check(cu), range(2))
+    assert len(runs) == 2, f"{len(runs) - 1} compiles of one changed source"
+    assert a.cubin == b.cubin != first.cubin
 
 
 # ---------------------------------------------------------------------------- configurations ----

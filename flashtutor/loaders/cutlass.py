@@ -398,10 +398,9 @@ def build_gemms(configs, *, verbose: bool = True, jobs: int | None = None, sourc
     processes (default: MAX_JOBS, else ninja's default of cores + 2; each CUTLASS unit needs ~1-2 GB
     of memory). ``force`` rebuilds even if the cache has it.
     """
-    from .. import emulate
-    if emulate.active():        # CUDA kernels emulated on a CPU: the GEMMs are CPU references (flashtutor.emulate.gemm)
-        from ..emulate.gemm import ReferenceGemms
-        return ReferenceGemms(configs)
+    from ..switches import emulated_gemms, emulation_active
+    if emulation_active():      # CUDA kernels emulated on a CPU: the GEMMs are CPU references (flashtutor.emulate.gemm)
+        return emulated_gemms(configs)
     require_hopper()
     configs = _dedupe(configs)
     source = Path(source).resolve()
@@ -570,7 +569,7 @@ class _BuildProgress:
     def __init__(self, total: int, stream):
         self.stream, self.total, self.t0, self.p = stream, total, time.perf_counter(), None
         try:
-            from ..env import in_notebook_without_widgets
+            from ..switches import in_notebook_without_widgets
             live = "ipykernel" in sys.modules or bool(getattr(stream, "isatty", lambda: False)())
             if not live or in_notebook_without_widgets():
                 raise RuntimeError("a log file: plain lines read better than a redrawn bar")
@@ -619,8 +618,10 @@ def nvcc_compile_check(config: GemmConfig | str | os.PathLike, defines: dict | N
 
     Runs ``nvcc -gencode=arch=compute_90a,code=sm_90a -cubin`` (device code only: no torch, no host
     compiler pass) and returns ptxas's warnings — C7510 says the wgmma pipeline was serialized —
-    registers, spills and the SASS opcode counts (HGMMA = Hopper's warpgroup MMA). Cached by the hash
-    of the source, flags and nvcc version.
+    registers, spills and the SASS opcode counts (HGMMA = Hopper's warpgroup MMA). Cached under
+    ``~/.cache/flashtutor/cutlass/check`` by content — the source, the flags, nvcc's version and the
+    CUTLASS headers' version, not their folders — so a new virtual environment or clone reuses the cubin;
+    two processes asking for the same one at once compile it once (a file lock per entry).
     """
     from ..sass import disassemble, histogram, resource_usage
     nvcc = find_nvcc()
@@ -632,34 +633,77 @@ def nvcc_compile_check(config: GemmConfig | str | os.PathLike, defines: dict | N
         text = "".join(f"#define {k} {v}\n" for k, v in (defines or {}).items()) + f'#include "{path}"\n'
     includes = cutlass_include_dirs()
     flags = [ARCH_FLAG, *BASE_FLAGS, *extra_flags, *[f"-I{d}" for d in includes]]
-    included = Path(source).read_text() if isinstance(config, GemmConfig) else Path(config).read_text()
-    key = hashlib.sha256("\0".join([text, included, repr(flags), nvcc_version(nvcc)]).encode()).hexdigest()[:20]
+    included_path = Path(source) if isinstance(config, GemmConfig) else Path(config)
+    included = included_path.read_text()
+    # Keyed by content, not by where it lies: the included file's text (its path cut to its name) and the
+    # CUTLASS headers' version instead of their folder, so a new virtual environment or clone finds the cubin.
+    key_text = text.replace(str(included_path.resolve()), included_path.name)
+    key_flags = [ARCH_FLAG, *BASE_FLAGS, *extra_flags, _headers_id(includes)]
+    key = hashlib.sha256("\0".join([key_text, included, repr(key_flags), nvcc_version(nvcc)]).encode()).hexdigest()[:20]
     out_dir = CACHE_ROOT / "check"
     out_dir.mkdir(parents=True, exist_ok=True)
     cubin, meta = out_dir / f"{label}-{key}.cubin", out_dir / f"{label}-{key}.json"
-    if cache and cubin.exists() and meta.exists():
-        info = json.loads(meta.read_text())
-        seconds, warnings = info["seconds"], info["warnings"]
-    else:
-        with tempfile.TemporaryDirectory() as td:
-            tu = Path(td) / f"{label}.cu"
-            tu.write_text(text)
-            tmp_cubin = Path(td) / "out.cubin"
-            t0 = time.perf_counter()
-            r = subprocess.run([nvcc, *flags, "-cubin", "-o", str(tmp_cubin), str(tu)],
-                               capture_output=True, text=True)
-            seconds = time.perf_counter() - t0
-            log = (r.stdout + r.stderr).splitlines()
-            if r.returncode != 0:
-                errs = [ln for ln in log if "error" in ln][:10] or log[-20:]
-                raise CutlassError(f"nvcc could not compile {label} for sm_90a:\n" + "\n".join(errs))
-            warnings = [_shorten(ln.strip()) for ln in log if re.search(r"warning|C75\d\d", ln, re.I)]
-            shutil.copyfile(tmp_cubin, cubin)
-        meta.write_text(json.dumps({"seconds": seconds, "warnings": warnings}))
+    with _key_lock(out_dir / f"{label}-{key}.lock") if cache else contextlib.nullcontext():
+        seconds, warnings = _compile_check_cubin(nvcc, flags, label, text, cubin, meta, cache)
     data = cubin.read_bytes()
     res = resource_usage(data)
     hist = {k: {op: n for op, n in histogram(v).items() if op in _CHECK_OPS} for k, v in disassemble(data).items()}
     return CompileCheck(label, seconds, warnings, any("C7510" in w for w in warnings), res, hist, str(cubin))
+
+
+def _headers_id(includes: list[str]) -> str:
+    """What the CUTLASS headers are, for a cache key: the nvidia-cutlass wheel's version (a wheel's headers
+    never change within a version, wherever it is installed), or the folder of a CUTLASS_PATH checkout."""
+    if not os.environ.get("CUTLASS_PATH"):
+        try:
+            from importlib.metadata import version
+            return f"nvidia-cutlass=={version('nvidia-cutlass')}"
+        except Exception:
+            pass
+    return repr(includes)
+
+
+@contextlib.contextmanager
+def _key_lock(path: Path):
+    """One compile per cache entry at a time, across processes: a second caller of the same configuration
+    (another test worker, a notebook) waits for the first and reads its cubin instead of compiling it again."""
+    import fcntl
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _compile_check_cubin(nvcc, flags, label, text, cubin: Path, meta: Path, cache: bool):
+    """The cubin at ``cubin`` (compiled now unless cached) and its (seconds, warnings)."""
+    if cache and cubin.exists() and meta.exists():
+        info = json.loads(meta.read_text())
+        return info["seconds"], info["warnings"]
+    with tempfile.TemporaryDirectory() as td:
+        tu = Path(td) / f"{label}.cu"
+        tu.write_text(text)
+        tmp_cubin = Path(td) / "out.cubin"
+        t0 = time.perf_counter()
+        r = subprocess.run([nvcc, *flags, "-cubin", "-o", str(tmp_cubin), str(tu)],
+                           capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+        log = (r.stdout + r.stderr).splitlines()
+        if r.returncode != 0:
+            errs = [ln for ln in log if "error" in ln][:10] or log[-20:]
+            raise CutlassError(f"nvcc could not compile {label} for sm_90a:\n" + "\n".join(errs))
+        warnings = [_shorten(ln.strip()) for ln in log if re.search(r"warning|C75\d\d", ln, re.I)]
+        _replace_whole(cubin, tmp_cubin.read_bytes())
+    _replace_whole(meta, json.dumps({"seconds": seconds, "warnings": warnings}).encode())
+    return seconds, warnings
+
+
+def _replace_whole(path: Path, data: bytes):
+    """Write ``path`` through a temporary file and a rename: a reader never sees half of it."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def compile_check_many(configs, *, workers: int | None = None, **kw) -> dict[str, CompileCheck | Exception]:
