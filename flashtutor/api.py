@@ -47,8 +47,8 @@ def check_inputs(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS, dtype=torch.float16,
     """Raise a ValueError naming the problem if q, k, v are not what the kernels expect. Where CUDA kernels
     are emulated on the CPU (:func:`flashtutor.emulate.activate`), ``device_type="cuda"`` means CPU tensors."""
     if device_type == "cuda":
-        from .emulate import active
-        if active():
+        from .switches import emulation_active
+        if emulation_active():
             device_type = "cpu"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):

@@ -312,22 +312,4 @@ def chapters_enabled(rows) -> list[tuple[str, Capability]]:
     return [(ch.short, capability(ch, info)) for ch in CHAPTERS.values()]
 
 
-def in_notebook() -> bool:
-    """In a Jupyter kernel (where the learner's code may already have run in this process)."""
-    import sys
-    if "IPython" not in sys.modules:
-        return False
-    try:
-        from IPython import get_ipython
-        shell = get_ipython()
-    except ImportError:
-        return False
-    return shell is not None and "IPKernelApp" in shell.config
-
-
-def in_notebook_without_widgets() -> bool:
-    """In a Jupyter kernel where rich cannot draw a live progress bar (it needs ipywidgets there)."""
-    if not in_notebook():
-        return False
-    import importlib.util
-    return importlib.util.find_spec("ipywidgets") is None   # rich draws in a notebook through ipywidgets
+from .switches import in_notebook, in_notebook_without_widgets  # noqa: E402,F401 (where they live now)

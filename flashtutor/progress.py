@@ -6,7 +6,7 @@ from __future__ import annotations
 class Progress:
     def __init__(self, total: int, label: str):
         self.p = None
-        from .env import in_notebook_without_widgets
+        from .switches import in_notebook_without_widgets
         if in_notebook_without_widgets():   # rich would only warn there, and draw nothing
             return
         try:

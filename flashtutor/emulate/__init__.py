@@ -102,6 +102,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .. import switches
+
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("FLASHTUTOR_CACHE", Path.home() / ".cache" / "flashtutor")) / "emu"
 SMEM_BYTES = 232448          # the most dynamic shared memory a launch may ask for (227 KB on sm_90)
@@ -181,21 +183,20 @@ def _gxx_version(gxx: str) -> str:
 
 
 # ---------------------------------------------------------------- process-wide switch ---------------
-_ACTIVE = [False]
-
-
 def activate() -> None:
     """From now on in this process, :func:`flashtutor.load_cuda` builds kernels for the CPU, ``check_inputs``
-    accepts CPU tensors and the chapter-5 GEMMs are CPU references (the grading worker calls this)."""
-    _ACTIVE[0] = True
+    accepts CPU tensors and the chapter-5 GEMMs are CPU references (the grading worker calls this). The switch
+    lives in :mod:`flashtutor.switches`, which the loaders read without importing this package."""
+    from .gemm import ReferenceGemms
+    switches.set_emulation(True, ReferenceGemms)
 
 
 def deactivate() -> None:
-    _ACTIVE[0] = False
+    switches.set_emulation(False)
 
 
 def active() -> bool:
-    return _ACTIVE[0]
+    return switches.emulation_active()
 
 
 # ---------------------------------------------------------------- reading a source -------------------
@@ -205,7 +206,7 @@ def _strip_comments(src: str) -> str:
 
 def _quoted_includes(path: Path, seen: set) -> list[Path]:
     """The file and, recursively, the quoted includes that exist beside it or among the course's headers."""
-    from ..loaders.nvrtc import COURSE_HEADERS
+    from ..switches import COURSE_HEADERS
     path = Path(path).resolve()
     if path in seen or not path.exists():
         return []
@@ -306,7 +307,7 @@ _FAILED: dict[str, str] = {}       # cache key -> why g++ could not build it (in
 def build(cu, *, defines: dict | None = None) -> ctypes.CDLL:
     """Compile ``cu`` with g++ against emu.h into a shared library (cached by content) and load it into this
     process. Raises :class:`EmulationUnsupported` when g++ cannot build it."""
-    from ..loaders.nvrtc import COURSE_HEADERS
+    from ..switches import COURSE_HEADERS
     cu = Path(cu).resolve()
     text = cu.read_text()
     src = transform(text)

@@ -609,7 +609,7 @@ def grade(chapter, path=None, *, solution: bool = False, device: str | None = No
                   check_timeout=check_timeout, time_timeout=time_timeout, rounds=rounds, progress=progress,
                   sanitize=sanitize)
     if separate_judge is None:
-        from ..env import in_notebook
+        from ..switches import in_notebook
         separate_judge = in_notebook()
     if not separate_judge:
         return run_judge(kwargs)

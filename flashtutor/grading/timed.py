@@ -9,8 +9,7 @@ import time
 
 from ..problems import Problem
 from .evidence import Cause, TimingResult, tampering_message
-from . import timing as tm
-from . import trace as tr
+from . import timing as tm, trace as tr
 
 ATTEMPTS = 3
 
@@ -41,7 +40,7 @@ class TimedPhase:
     def shape(self, p: Problem) -> TimingResult:
         res = TimingResult(p.name, "graph" if self.graph_basis else "stream")
         if not self.j.worker.alive():          # the last shape's worker died: a fresh one
-            from .judge import WorkerFailed
+            from .spawn import WorkerFailed
             try:
                 self.j.worker.start(self.j.arena_msg)
             except WorkerFailed as e:

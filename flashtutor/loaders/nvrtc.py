@@ -65,7 +65,7 @@ def cuda_include_dir() -> str | None:
     return None
 
 
-COURSE_HEADERS = Path(__file__).resolve().parent.parent / "cuda"   # flashtutor/cuda: headers every kernel may include
+from ..switches import COURSE_HEADERS   # flashtutor/cuda: headers every kernel may include
 
 
 def course_include_dir() -> str:
@@ -203,8 +203,9 @@ def load_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict
     (:func:`flashtutor.emulate.activate`: the grading worker on a machine without a GPU), the same file is
     built for the CPU with g++ instead and an :class:`flashtutor.emulate.EmuModule` is returned, whose
     kernels take the same launches on CPU tensors; ``arch`` is then ignored."""
-    from .. import emulate
-    if emulate.active():
+    from ..switches import emulation_active
+    if emulation_active():
+        from .. import emulate                  # the loader uses the emulation; the emulation never the loader
         mod = emulate.load(path, defines=defines)
     else:
         arch = arch or default_arch()
