@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .check import _unravel      # a flat index into [B, H, S, D] coordinates, as the forward check reports them
+
 RATIO = 2.0                 # allowed error relative to SDPA's own fp16 error (as the forward's rule, check.RATIO)
 FP16_ULP_AT_1 = 2.0 ** -10  # fp16 has 10 explicit mantissa bits: ulp(x) <= x * 2^-10
 # lse: an error δ scales the recomputed P_ij = e^(s_ij − lse_i) by e^(−δ) ≈ 1 − δ. 2^-12 (a quarter of an fp16 ulp at
@@ -207,14 +209,6 @@ def row_bounds(ref: torch.Tensor, sdpa_out: torch.Tensor, extra=None) -> tuple[t
     if extra is not None:
         floor = floor + extra.to(device=ref.device, dtype=ref.dtype)
     return sdpa_err, RATIO * sdpa_err + floor
-
-
-def _unravel(flat: int, shape) -> tuple[int, ...]:
-    idx = []
-    for n in reversed(shape):
-        idx.append(flat % n)
-        flat //= n
-    return tuple(reversed(idx))
 
 
 def check_tensor(name: str, got: torch.Tensor, ref: torch.Tensor, sdpa_out: torch.Tensor, extra=None) -> GradCheck:
