@@ -80,6 +80,7 @@ class Cause(str, Enum):
     NO_KERNEL = "no kernel"                  # none of your kernels ran
     TAMPERING = "tampering"                  # the worker's audit hook refused the learner's code (frames, gc, ...)
     NOT_INDEPENDENT = "calls not independent"   # a timed batch cost more than its calls (work moved between calls)
+    OUTSIDE_WINDOW = "outside the window"    # a timed batch's kernels ran before the gate or after its end
     # timing
     TIMED_OUTPUT_WRONG = "timed output wrong"
     BELOW_FLOOR = "below floor"
@@ -134,6 +135,7 @@ class Trace:
     ops: list[str] = field(default_factory=list)
     ok: bool = True                    # the tracer ran (False: the worker says it could not trace)
     error: str = ""
+    span_us: float | None = None       # GPU time from the first activity's start to the last's end (CUPTI)
 
     @property
     def names(self) -> list[str]:
@@ -206,6 +208,7 @@ class TimingResult:
     notes: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     busy_fraction: float | None = None           # traced kernel time / measured window (yours)
+    span_over_window_us: float | None = None     # the most a batch's traced GPU span exceeded its window (yours)
     skipped: str = ""                            # why this shape was not timed
     seconds: float = 0.0                         # wall time the judge spent on this shape (all candidates)
 
@@ -323,10 +326,12 @@ def parse_trace(d: dict) -> Trace:
         kernels.append(KernelRecord(name[:400], int(stream or 0), int(count or 0), float(total or 0.0),
                                     None if regs is None else int(regs), None if smem is None else int(smem),
                                     None if nbytes is None else int(nbytes)))
-    return Trace(kernels, [str(o)[:200] for o in ops], bool(d.get("ok", True)), _str(d, "error"))
+    span = _num(d, "span_us")
+    return Trace(kernels, [str(o)[:200] for o in ops], bool(d.get("ok", True)), _str(d, "error"),
+                 None if span is None else float(span))
 
 
 def trace_to_json(t: Trace) -> dict:
-    return {"op": "trace", "ok": t.ok, "error": t.error, "ops": t.ops,
+    return {"op": "trace", "ok": t.ok, "error": t.error, "ops": t.ops, "span_us": t.span_us,
             "kernels": [[k.name, k.stream, k.count, k.total_us, k.registers, k.shared_bytes, k.bytes]
                         for k in t.kernels]}

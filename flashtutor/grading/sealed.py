@@ -315,7 +315,7 @@ def tracer(torch, *, cuda: bool, emulated: bool = False, registers: bool = True,
     import tempfile
 
     len_, sorted_, int_, float_, str_, type_ = len, sorted, int, float, str, type
-    list_, dict_, zip_ = list, dict, zip
+    list_, dict_, zip_, min_, max_ = list, dict, zip, min, max
     Exception_ = Exception
     join, startswith, strip = str.join, str.startswith, str.strip
     int_repr = int.__repr__
@@ -333,7 +333,7 @@ def tracer(torch, *, cuda: bool, emulated: bool = False, registers: bool = True,
     rf_enter, rf_exit = A._record_function_with_args_enter, A._record_function_with_args_exit
     KE = A._KinetoEvent
     ev_name, ev_dev, ev_dur, ev_stream = KE.name, KE.device_type, KE.duration_ns, KE.device_resource_id
-    ev_corr, ev_meta = KE.correlation_id, KE.metadata_json
+    ev_corr, ev_meta, ev_start = KE.correlation_id, KE.metadata_json, KE.start_ns
     PR = A._ProfilerResult
     res_events, res_save = PR.events, PR.save
     DT = A.DeviceType
@@ -482,6 +482,14 @@ def tracer(torch, *, cuda: bool, emulated: bool = False, registers: bool = True,
             if (registers and m[0] is None and not copy) or (startswith(nm, "Memcpy DtoH") and m[2] is None):
                 meta = from_chrome(result, device, meta)
                 break
+        # The GPU time from the first activity's start to the last one's end: a timed batch's work lies inside
+        # the judge's window (after its gate, before its end event) unless some of it ran on a stream the worker
+        # did not gate or join; the judge compares the two.
+        span = None
+        if device:
+            starts = [ev_start(e) for e in device]
+            ends = [ev_start(e) + ev_dur(e) for e in device]
+            span = (max_(ends) - min_(starts)) / 1e3
         for e, m in zip_(device, meta):
             key = (ev_name(e), int_(ev_stream(e)))
             r = dict_get(kernels, key)
@@ -491,7 +499,8 @@ def tracer(torch, *, cuda: bool, emulated: bool = False, registers: bool = True,
             r[3] += ev_dur(e) / 1e3
             if m[2] is not None:
                 r[6] = (r[6] or 0) + m[2]
-        return {"op": "trace", "ok": True, "error": "", "ops": ops, "kernels": list_(dict_values(kernels))}
+        return {"op": "trace", "ok": True, "error": "", "ops": ops, "kernels": list_(dict_values(kernels)),
+                "span_us": span}
 
     return start, stop, abandon
 

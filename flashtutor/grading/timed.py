@@ -204,12 +204,19 @@ class TimedPhase:
         if not self.j.ch.anticheat:
             return
         names, seen = set(), set()
-        for n, t in run.traces:
+        for n, t, window in run.traces:
             if t is None:
                 findings = [tr.Finding(Cause.UNTRACED, "a timed batch came back without its trace")]
             else:
                 names |= set(t.names)
                 findings = tr.judge(t, self.j.policy, calls=n)
+                if t.span_us is not None and window == window:
+                    over = t.span_us - window
+                    res.span_over_window_us = over if res.span_over_window_us is None \
+                        else max(res.span_over_window_us, over)
+                outside = tm.outside_window(t.span_us, window)
+                if outside and Cause.OUTSIDE_WINDOW not in res.causes:
+                    findings.append(tr.Finding(Cause.OUTSIDE_WINDOW, outside))
             for f in findings:
                 if f.message not in seen:
                     seen.add(f.message)
@@ -219,6 +226,6 @@ class TimedPhase:
         res.kernels = sorted(names)
         lt = run.times["learner"]
         n2 = lt.batch[1]
-        per_call = [sum(k.total_us for k in t.kernels) / n for n, t in run.traces if n == n2 and t is not None]
+        per_call = [sum(k.total_us for k in t.kernels) / n for n, t, _ in run.traces if n == n2 and t is not None]
         if per_call and lt.median_us > 0:       # traced kernel time per call / GPU time per call
             res.busy_fraction = sorted(per_call)[len(per_call) // 2] / lt.median_us

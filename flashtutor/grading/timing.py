@@ -610,7 +610,7 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
                 windows[name][n].append(run.window_us)
                 held[name].append(run.held)
                 if cands[name] == "remote":
-                    traces.append((n, run.trace))
+                    traces.append((n, run.trace, run.window_us))
                     if run.rows_bad and run.rows_bad not in rows_bad:
                         rows_bad.append(run.rows_bad)
                 snaps.extend((n, s) for s in run.snapshots)
@@ -651,6 +651,28 @@ def measure_shape(bench: Bench, problem, cands: dict, *, rounds: int = 5, captur
                                   control_us=ctl, control_spread_us=ctl_spread)
     host_bound = [n for n in cands if times[n].gate_held < 0.5]
     return ShapeRun(times, windows, traces, snaps, host_bound=host_bound, rows_bad=rows_bad, tampering=tampering)
+
+
+OUTSIDE_MIN_US = 500.0           # a batch's kernels may span this much more GPU time than its window …
+OUTSIDE_FRACTION = 0.25          # … or this fraction of the window, whichever is larger (CUPTI's and the events'
+                                 # clocks agree to a few µs; work started before the gate opened precedes it by
+                                 # the gate's sleep, 1.5 ms and more)
+
+
+def outside_window(span_us: float | None, window_us: float) -> str:
+    """Why a timed batch's traced work does not fit the window that timed it ('' when it does): every kernel of
+    the batch runs after the judge's gate opens and before the worker's end event, so the GPU time from the first
+    kernel's start to the last one's end cannot exceed the window. Work queued on a stream the worker neither
+    gated nor joined (one it never saw switched to) runs during the gate's sleep or after the end: the window
+    does not time it."""
+    if span_us is None or window_us != window_us or window_us <= 0:
+        return ""
+    if span_us <= window_us + max(OUTSIDE_MIN_US, OUTSIDE_FRACTION * window_us):
+        return ""
+    return (f"your kernels of one timed batch spanned {span_us:.0f} µs on the GPU, but the window that timed the batch "
+            f"(from the grader's gate to the end of your last call) was {window_us:.0f} µs: work ran before the gate "
+            "opened or after your calls ended — on a stream the grader's worker neither waited for nor joined? Launch "
+            "on the current stream, or switch streams with torch.cuda.stream(...)")
 
 
 def fixed_cost_excess(m: Measurement) -> str:

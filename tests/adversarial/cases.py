@@ -88,7 +88,7 @@ def write_batcher(name: str):
 
 
 MAKERS = {"helper_control": write_helper_control,
-          **{n: write_batcher(n) for n in ("amortize", "timed_garbage", "cross_call_frames")}}
+          **{n: write_batcher(n) for n in ("amortize", "timed_garbage", "cross_call_frames", "ungated_stream")}}
 
 CASES = [
     # --- CUDA kernels (chapter 1): wrong answers and crashes -------------------------------------
@@ -174,6 +174,8 @@ CASES = [
          make="timed_garbage", chapter="04", timing=True, attack=10),
     Case("finds the batch's other slots in the worker's frame", "tampering", "stack frames", False,
          make="cross_call_frames", chapter="04", attack=10),
+    Case("runs its kernel on a side stream the gate does not hold", "outside the window|below floor",
+         "before the gate|roofline", True, make="ungated_stream", chapter="04", timing=True, attack=10),
     # --- the grader itself survives ---------------------------------------------------------------
     Case("modifies its inputs", "inputs modified", "modified its input", False, file="torch/modifies_inputs.py"),
     Case("hangs (Python)", "timeout", "no answer within", False, file="torch/hang.py"),
