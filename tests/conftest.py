@@ -30,6 +30,33 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+    items.sort(key=_cpu_tier_order)
+
+
+# The CPU tier's longest files, longest first. `pytest -n 2 --dist loadfile` hands whole files to the two
+# workers in collection order (pyproject's --no-loadscope-reorder keeps xdist from sorting them by test
+# count), each worker taking the next file as it finishes one: with the long files first, the short ones
+# fill in at the end and the workers finish together, instead of one long file running alone at 97-100 %.
+# Seconds measured on 2 cores (2026-11-27, /work/notes/cpu-tier.md), from fresh caches / warm. test_ch05.py
+# goes first: its nvcc builds (~70 s, once per machine) are done before chapter 5's notebook asks for them.
+LONG_FILES = (
+    "test_ch05.py",             # 75 / 4: the CUTLASS GEMMs compiled for sm_90a, one nvcc after another
+    "test_book.py",             # 130 / 115: the book build and every notebook under nbval
+    "test_ch06.py",             # 110 / 57: NVRTC builds of the table's configurations, the Triton interpreter
+    "test_adversarial.py",      # 60 / 55
+    "test_pytest_grading.py",   # 40 / 34
+    "test_grade_cpu.py",        # 35 / 34
+    "test_emulated.py",         # 35 / 31
+    "test_ch04.py",             # 32 / 32
+    "test_ch07.py",             # 30 / 8
+    "test_bench.py",            # 22 / 20
+)
+
+
+def _cpu_tier_order(item) -> int:
+    """Long files first, in LONG_FILES' order; every other file after them, in collection order."""
+    name = Path(str(item.fspath)).name
+    return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
 
 
 # ---------------------------------------------------------------- the GPU tier's shared gradings ----
