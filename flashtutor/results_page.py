@@ -894,8 +894,8 @@ def where(claim: Claim) -> str:
 
 def section_claims(res: Results) -> str:
     out = ["## Appendix: seed claims vs measured", "",
-           f"The seed reports are five status reports of an earlier attempt at beating SDPA (`{SEEDS_DIR}/`, beside "
-           "the course's folder). Each claim below is quoted as the seed states it; the measurement is the "
+           "The seed reports are five status reports of an earlier attempt at beating SDPA, numbered 000 to 004; "
+           "they are not part of the course's files. Each claim below is quoted as the seed states it; the measurement is the "
            "course's, computed from the results files named beside it. A claim **holds** when the measurement is "
            f"within {100 * (TOL - 1):.0f}% of the claimed figure or better than it, **does not hold** otherwise, and is **not measured "
            "yet** when no file in `results/` tests it. Where the measurement is a range over several shapes, the claim "
