@@ -35,7 +35,6 @@ BIG_SHAPE = "B32 H16 S512 D64"
 GRID = tuple(f"B{b} H16 S{s} D64" for s in (128, 256, 512) for b in (8, 16, 32))   # the seeds' 9 shapes
 TOL = 1.05          # a claim holds if the measurement is within 5% of the claimed figure, or better
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured yet"
-SEEDS_DIR = "shared/seeds"          # beside the course's folder: ../shared/seeds
 
 _GRADE = re.compile(r"^grade(\d\d)-solution-(h100|h200)-(\d{4}-\d\d-\d\d)\.json$")
 
