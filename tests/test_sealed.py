@@ -51,6 +51,20 @@ REFUSED = {
     "code_assign": "def f():\n    pass\nf.__code__ = (lambda: 0).__code__",
     "compile_as_library": "import json\ncompile('x = 1', json.__file__, 'exec')",
     "exec_string_frames": "exec('import sys\\nsys._getframe(0)')",
+    "compile_as_frozen": "compile('x = 1', '<frozen importlib._bootstrap_external>', 'exec')",
+    "marshal": "import marshal\nmarshal.loads(marshal.dumps(compile('x = 1', 'x', 'exec')))",
+    # bytecode crafted to claim logging's findCaller (a function the hook lets take a frame): imported from a .pyc,
+    # its frame's code names logging's file, but its module's globals name the .pyc the learner wrote
+    "crafted_bytecode": (
+        "import importlib.util, logging, marshal, os, sys, tempfile\n"
+        "lib = logging.__file__\n"
+        "fake = '/tmp/' + 'A' * (len(lib) - 5)\n"
+        "src = 'import sys\\ndef findCaller():\\n    return sys._getframe(0)\\nfindCaller()\\n'\n"
+        "data = marshal.dumps(compile(src, fake, 'exec')).replace(fake.encode(), lib.encode())\n"
+        "d = tempfile.mkdtemp()\n"
+        "open(os.path.join(d, 'crafted.pyc'), 'wb').write(importlib.util.MAGIC_NUMBER + bytes(12) + data)\n"
+        "sys.path.insert(0, d)\n"
+        "import crafted"),
     "write_into_site_packages": "import torch, os\nopen(os.path.join(os.path.dirname(torch.__file__), 'x.py'), 'w')",
     "addaudithook": "import sys\nsys.addaudithook(lambda *a: None)",
 }
@@ -66,6 +80,7 @@ ALLOWED = {
     "torch_op": "import torch\ntorch.zeros(3).add_(1).sum().item()",
     "write_elsewhere": "import tempfile, os\nd = tempfile.mkdtemp()\nopen(os.path.join(d, 'x.txt'), 'w').write('x')",
     "library_ctypes": "from flashtutor import emulate\nemulate.available()",
+    "import_stdlib": "import colorsys, wave, this",
 }
 
 
@@ -90,7 +105,8 @@ def test_the_hook_refuses_the_learners_reach(hooked, name):
     status, records, message = hooked[name]
     # refused with an exception (an added audit hook's refusal is swallowed by Python: the record is the verdict)
     assert status == "refused" or (name == "addaudithook" and records), (status, records, message)
-    where = "<string>:" if name == "exec_string_frames" else f"learner_{name}.py:"
+    where = {"exec_string_frames": "<string>:", "crafted_bytecode": "logging/__init__.py:"}.get(
+        name, f"learner_{name}.py:")
     assert records and where in records[0][1], records    # the record names the learner's file and line
 
 

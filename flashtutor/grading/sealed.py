@@ -98,7 +98,8 @@ _WHAT = {"sys._getframe": "reads stack frames (sys._getframe)",
          "sys.addaudithook": "adds an audit hook",
          "ctypes.dlopen": "loads a native library with ctypes",
          "ctypes.dlsym": "looks up a native symbol with ctypes",
-         "code.__new__": "builds a code object (types.CodeType / code.replace)"}
+         "code.__new__": "builds a code object (types.CodeType / code.replace)",
+         "marshal.loads": "builds code objects from bytes (marshal.loads)"}
 
 
 def audit_hook(files, record, *, stdlib=None, libraries=None):
@@ -131,7 +132,7 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
     from _thread import get_ident
     busy: dict = {}                    # threads inside the hook (its own look at frames raises events too)
     PermissionError_, RuntimeError_ = PermissionError, RuntimeError
-    isinstance_, str_, len_, int_, any_ = isinstance, str, len, int, any
+    isinstance_, str_, len_, int_, any_, dict_ = isinstance, str, len, int, any, dict
 
     def kind(filename: str) -> str:
         """'lib', 'std' or 'learner' for a code object's file name."""
@@ -159,13 +160,25 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
         name = base[-1][:-3] if base[-1].endswith(".py") else base[-1]
         return base[-2] if name == "__init__" and len_(base) > 1 else name
 
+    def frame_kind(f) -> str:
+        """A frame's kind: its code's file name, and — where its globals name a file (a module's do) — that file
+        too must be a library's or the standard library's: code compiled or crafted to claim a library's file
+        name, run in the learner's own module, stays the learner's."""
+        k = kind(f.f_code.co_filename)
+        if k != "learner":
+            g = f.f_globals
+            named = g.get("__file__") if type(g) is dict_ else None
+            if isinstance_(named, str_) and kind(named) == "learner":
+                return "learner"
+        return k
+
     def culprit(depth: int):
         """The learner's frame responsible for the event, or None: the innermost frame if it is the
         learner's, or the first frame past a run of standard-library frames (none of them benign)."""
         f = getframe(depth)
         while f is not None:
             code = f.f_code
-            k = kind(code.co_filename)
+            k = frame_kind(f)
             if k == "learner":
                 return f
             if k == "lib":
@@ -200,11 +213,12 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
             elif event == "object.__setattr__":
                 if len_(args) > 1 and args[1] == "__code__":
                     refuse(event, "replaces a function's __code__")
-            elif event in ("ctypes.dlopen", "ctypes.dlsym", "code.__new__"):
+            elif event in ("ctypes.dlopen", "ctypes.dlsym", "code.__new__", "marshal.loads"):
                 refuse(event, whats[event])
             elif event == "compile":
                 name = args[1] if len_(args) > 1 else None
-                if isinstance_(name, str_) and not startswith(name, "<") and kind(name) != "learner":
+                if isinstance_(name, str_) and (startswith(name, "<frozen") or
+                                                (not startswith(name, "<") and kind(name) != "learner")):
                     refuse(event, f"compiles source under a library's file name ({name})")
             elif event == "open":
                 path, mode = args[0], args[1] if len_(args) > 1 else "r"
