@@ -132,7 +132,8 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
     from _thread import get_ident
     busy: dict = {}                    # threads inside the hook (its own look at frames raises events too)
     PermissionError_, RuntimeError_ = PermissionError, RuntimeError
-    isinstance_, str_, len_, int_, any_, dict_ = isinstance, str, len, int, any, dict
+    isinstance_, str_, len_, int_, any_, dict_, type_ = isinstance, str, len, int, any, dict, type
+    dict_get = dict.get
 
     def kind(filename: str) -> str:
         """'lib', 'std' or 'learner' for a code object's file name."""
@@ -167,7 +168,7 @@ def audit_hook(files, record, *, stdlib=None, libraries=None):
         k = kind(f.f_code.co_filename)
         if k != "learner":
             g = f.f_globals
-            named = g.get("__file__") if type(g) is dict_ else None
+            named = dict_get(g, "__file__") if type_(g) is dict_ else None
             if isinstance_(named, str_) and kind(named) == "learner":
                 return "learner"
         return k
@@ -257,7 +258,7 @@ def wire(fd: int):
     esc = _json.encode_basestring_ascii
     write, read = os.write, os.read
     loads = pickle.loads
-    memoryview_, bytearray_ = memoryview, bytearray
+    memoryview_, bytearray_, bytes_ = memoryview, bytearray, bytes
     inf = float("inf")
     tampering: list = []
 
@@ -301,7 +302,7 @@ def wire(fd: int):
             if not chunk:
                 raise EOFError("the judge closed the connection")
             buf += chunk
-        return bytes(buf)
+        return bytes_(buf)
 
     def recv():
         n = from_bytes(exactly(4), "big", signed=True)
