@@ -80,7 +80,10 @@ block clusters, ``setmaxnreg`` (``hopper.cuh``, chapter 7): such a source is not
 (:func:`unsupported`); bf16, fp8, tf32 and integer tensor cores; cooperative groups, CUTLASS/CuTe and other
 device libraries, dynamic parallelism, textures and surfaces, ``__constant__`` beyond a plain global, clocks
 and timing. Memory is the CPU process's: an out-of-bounds access may crash the process, corrupt it, or go
-unnoticed (compute-sanitizer's memcheck on a GPU finds it). A thread that spins waiting for another's write
+unnoticed (compute-sanitizer's memcheck on a GPU finds it). When it faults (SIGSEGV or SIGBUS), a handler installed
+with the first library (fault.h) writes ``flashtutor-emulate: fault at address 0x… (a read|a write) in kernel NAME
+(block x,y,z thread x,y,z)`` to stderr before the process dies of the signal; the grader's arena ends at a guard
+page, so an access just past its last buffer faults there. A thread that spins waiting for another's write
 hangs, since a fiber yields only at barriers.
 
 **Grading.** On a machine without a GPU the grader's worker calls :func:`activate` before it imports the
@@ -292,11 +295,15 @@ def _harness(body: Path, src: str) -> str:
     lines.append("EMU_EXPORT long emu_switches() { return emu::switches; }")
     lines.append("EMU_EXPORT long emu_errors() { return emu::errors; }")
     lines.append("EMU_EXPORT const char* emu_failure() { return emu::failure; }")
+    lines.append('#include "fault.h"')
+    lines.append("EMU_EXPORT void emu_fault_setup(void* ctx, int install) { emu::fault_ctx = (emu::FaultContext*)ctx; "
+                 "if (install) emu_fault::install(); }")
     for name, types in kernels(src):
         args = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
         lines.append(f"EMU_EXPORT int emu_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, "
                      f"unsigned bz, int poison, void** a) {{ emu::poison_shared = poison; "
-                     f"return emu::run_grid(dim3{{gx, gy, gz}}, dim3{{bx, by, bz}}, [&] {{ {name}({args}); }}); }}")
+                     f"return emu::run_grid(dim3{{gx, gy, gz}}, dim3{{bx, by, bz}}, [&] {{ {name}({args}); }}, "
+                     f"\"{name}\"); }}")
     return "\n".join(lines) + "\n"
 
 
@@ -453,6 +460,25 @@ class EmuKernel:
                                "leading dimension that is not a multiple of 16 bytes (a misaligned address on a GPU)")
 
 
+class _FaultContext(ctypes.Structure):
+    """emu.h's FaultContext: the running kernel's name and its blockIdx and threadIdx, for the fault handler."""
+    _fields_ = [("kernel", ctypes.c_void_p), ("block", ctypes.c_void_p), ("thread", ctypes.c_void_p)]
+
+
+_FAULT: list = []            # [the process's FaultContext], once the first library has installed the handler
+
+
+def _fault_setup(lib) -> None:
+    """Give a loaded library the process's fault context; the first one also installs the SIGSEGV/SIGBUS handler
+    (fault.h), which then reports a fault of any library's kernel: its name, block and thread."""
+    first = not _FAULT
+    if first:
+        _FAULT.append(_FaultContext())
+    lib.emu_fault_setup.restype = None
+    lib.emu_fault_setup.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.emu_fault_setup(ctypes.addressof(_FAULT[0]), int(first))
+
+
 class EmuModule:
     """Stands in for a :class:`flashtutor.loaders.nvrtc.CudaModule` of the same .cu file: its ``extern "C"``
     kernels are attributes (``mod.my_kernel(...)``) or ``mod.kernel(name)``. ``poison_shared``: NaN-fill
@@ -464,6 +490,7 @@ class EmuModule:
         self.lib = build(Path(cu), defines=defines)
         self.lib.emu_errors.restype = self.lib.emu_switches.restype = ctypes.c_long
         self.lib.emu_failure.restype = ctypes.c_char_p
+        _fault_setup(self.lib)
         self.kernels = {name: EmuKernel(self, name, types) for name, types in kernels(Path(cu).read_text())}
 
     def errors(self) -> int:

@@ -200,6 +200,18 @@ inline std::vector<Region> shared_regions;             // the harness's dynamic 
 inline int add_shared(void* base, size_t size) { shared_regions.push_back({(unsigned char*)base, size}); return 0; }
 inline bool poison_shared = false;                     // NaN bytes in shared memory before each block
 inline std::vector<void (*)(unsigned threads)> block_hooks;   // per-block state of the optional headers
+// What a memory fault's handler (fault.h) says: the running kernel and its current block and thread. One struct
+// per process, handed to every library by flashtutor.emulate (emu_fault_setup); null until then.
+struct FaultContext { const char* kernel; const dim3* block; const dim3* thread; };
+inline FaultContext* fault_ctx = nullptr;
+struct Running {              // fills fault_ctx for the length of a launch
+    explicit Running(const char* name) {
+        if (fault_ctx) *fault_ctx = FaultContext{name, &blockIdx, &threadIdx};
+    }
+    ~Running() {
+        if (fault_ctx) *fault_ctx = FaultContext{nullptr, nullptr, nullptr};
+    }
+};
 
 inline int add_block_hook(void (*hook)(unsigned)) { block_hooks.push_back(hook); return 0; }
 inline void error(const char* what, const void* p, const char* name, long value) {
@@ -252,9 +264,10 @@ inline void describe_deadlock(unsigned threads) {
                   "mask names each warp-level operation, the same number of times",
                   blockIdx.x, blockIdx.y, blockIdx.z, at_block, threads, (int)threads - exited - at_block, exited);
 }
-// Run `kernel` for every block of the grid with `block` threads per block. Returns false (and fills
+// Run `kernel` (called `name`) for every block of the grid with `block` threads per block. Returns false (and fills
 // `failure`) when a block deadlocked at a barrier; the blocks after it do not run.
-inline bool run_grid(dim3 grid, dim3 block, const std::function<void()>& kernel) {
+inline bool run_grid(dim3 grid, dim3 block, const std::function<void()>& kernel, const char* name = "a kernel") {
+    const Running running(name);
     body = &kernel;
     gridDim = grid;
     blockDim = block;
