@@ -33,10 +33,14 @@ if TYPE_CHECKING:
 LOSES_WORKER = {Cause.TIMEOUT, Cause.CRASH} | {c for _, c in CUDA_FATAL}
 EMULATED_METHOD = ("execution: emulated on the CPU — your .cu files compiled with g++ against flashtutor.emulate and "
                    "run in the worker process, one fiber per CUDA thread, blocks one after another, on CPU tensors; "
-                   "barriers, masks, indexing and fp32/fp16 math run as written; an access past your buffers is seen "
-                   "only when it crashes the process (reported as a probable out-of-bounds access), and data races "
-                   "and speed are not seen here (nothing is timed): grade on a GPU, with --sanitize, for those. Every "
-                   "call is traced: one of your kernels must run, and no library matmul, softmax or attention")
+                   "barriers, masks, indexing and fp32/fp16 math run as written. q, k, v and out lie one after "
+                   "another, followed by a guard page: an access past the end of that memory faults and is reported "
+                   "with the kernel, its block and thread and where the address lies; one past q, k or v lands in "
+                   "the next of them (a write shows as a modified input, a read as wrong numbers, or as NaN when it "
+                   "reads out's never-written pre-fill), and one past a buffer of your own is seen only when it "
+                   "crashes the process (reported as a probable out-of-bounds access). Data races and speed are not "
+                   "seen here (nothing is timed): grade on a GPU, with --sanitize, for those. Every call is traced: "
+                   "one of your kernels must run, and no library matmul, softmax or attention")
 CUTLASS_REFERENCE = ("the GEMMs ran as a CPU reference (fp32, the same inputs, outputs and dtypes as the CUTLASS GEMMs "
                      "of your configurations, which need an sm_90a GPU); only your softmax kernel was emulated")
 SETUP_TIMEOUT = 300.0
@@ -273,10 +277,16 @@ class Judge:
             B.record()
             torch.cuda.current_stream().synchronize()
             return arena, (A, B), ("arena", arena, A.ipc_handle(), B.ipc_handle())
+        # On the CPU: shared memory, the arena placed to end at a page boundary and followed by a guard that the
+        # worker makes inaccessible, so that an emulated kernel's access past the last out faults (protocol.py).
+        import mmap
         from multiprocessing import shared_memory
-        self.shm = shared_memory.SharedMemory(create=True, size=need * 2)
-        arena = torch.frombuffer(self.shm.buf, dtype=torch.float16, count=need)
-        return arena, None, ("arena_shm", self.shm.name, need)
+
+        from .protocol import GUARD_BYTES, cpu_layout
+        size, offset = cpu_layout(need, mmap.PAGESIZE)
+        self.shm = shared_memory.SharedMemory(create=True, size=size)
+        arena = torch.frombuffer(self.shm.buf, dtype=torch.float16, count=need, offset=offset)
+        return arena, None, ("arena_shm", self.shm.name, need, offset, GUARD_BYTES)
 
     def _grade(self, checks, timed, bar) -> None:
         import contextlib
@@ -407,7 +417,7 @@ class Judge:
             if msg["op"] != "done":
                 if self.device == "cuda":
                     torch.cuda.current_stream().synchronize()
-                return self._call_failed(p, seed, msg)
+                return self._call_failed(p, seed, msg, slot=slot)
             ref = reference(*private, causal=p.causal)
             sdpa_out = sdpa(*private, causal=p.causal)
             changed = [n for n, a, b in zip("qkv", private, (q, k, v)) if not torch.equal(a, b)]
@@ -432,9 +442,16 @@ class Judge:
                 self.report.add_trace_findings(findings)
         return case
 
-    def _call_failed(self, p: Problem, seed: int, msg: dict) -> CaseResult:
+    def _call_failed(self, p: Problem, seed: int, msg: dict, slot: int | None = None) -> CaseResult:
         cause = msg.get("cause", Cause.ERROR)
         text = msg.get("message", "")
+        if cause == Cause.CRASH and self.emulate and msg.get("fault") is not None:
+            # The emulation's fault line (the worker's log: a hint, parsed strictly) and the arena's address in the
+            # worker: where the access went, among this call's q, k, v and out.
+            from .spawn import crash_message, fault_place
+            place = fault_place(msg["fault"], getattr(self.worker, "info", {}).get("arena"), self.arena.numel(),
+                                p.shape, slot)
+            text = crash_message(msg.get("exit"), msg.get("log", ""), emulated=True, fault=msg["fault"], place=place)
         if msg.get("where"):
             text += f" (raised at {msg['where']})"
         if msg.get("fatal") and cause not in (Cause.TIMEOUT, Cause.CRASH, Cause.MALFORMED):

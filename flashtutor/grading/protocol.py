@@ -60,3 +60,43 @@ def unwritten_mask(t):
     """A bool tensor: which elements of an fp16 tensor still carry the never-written pattern."""
     import torch
     return t.contiguous().view(torch.int16) == UNWRITTEN_BITS
+
+
+# ---------------------------------------------------------------- where an address lies (CPU arena) ----
+# On a CPU the arena is shared memory whose last bytes are a guard: the judge allocates GUARD_BYTES more than the
+# arena, places the arena so that it ends at a page boundary (:func:`cpu_layout`), and the worker makes the bytes
+# after it inaccessible (PROT_NONE), so that an emulated kernel's access just past the last ``out`` faults instead
+# of reading whatever the process maps next. Wide enough for a row stride's jump past the end.
+GUARD_BYTES = 1 << 20
+TENSORS = ("q", "k", "v", "out")
+
+
+def cpu_layout(arena_elems: int, page: int) -> tuple[int, int]:
+    """(size of the shared memory in bytes, byte offset of the arena in it) for an fp16 arena of
+    ``arena_elems`` values that ends at a page boundary, followed by :data:`GUARD_BYTES`."""
+    data = 2 * int(arena_elems)
+    span = -(-data // page) * page
+    return span + GUARD_BYTES, span - data
+
+
+def locate(offset: int, arena_elems: int, shape, slot: int) -> dict | None:
+    """Where the byte ``offset`` from the arena's start lies, for a call on ``slot`` with problems of ``shape``
+    (fp16): ``{"tensor": "q"|"k"|"v"|"out", "slot": s, "index": (b, h, s, d), "element": flat}`` inside a slot;
+    ``{"past_end": elements past the end of the slot's out}`` in the guard after the arena; None elsewhere
+    (before the arena, past the guard, or in the arena's unused tail)."""
+    offset, arena_elems, slot = int(offset), int(arena_elems), int(slot)
+    n = numel(shape)
+    if n <= 0 or offset < 0 or offset >= 2 * arena_elems + GUARD_BYTES:
+        return None
+    elem = offset // 2
+    if elem >= arena_elems:
+        return {"past_end": elem - (slot + 1) * 4 * n, "slot": slot}
+    s, rel = divmod(elem, 4 * n)
+    if s >= slots_that_fit(arena_elems, shape):
+        return None
+    j, flat = divmod(rel, n)
+    index = []
+    for size in reversed([int(x) for x in shape]):
+        index.append(flat % size)
+        flat //= size
+    return {"tensor": TENSORS[j], "slot": s, "index": tuple(reversed(index)), "element": rel - j * n}

@@ -6,7 +6,9 @@ processes pay their start-up (torch, CUDA, the tracer's first start) side by sid
 from __future__ import annotations
 
 import os
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .evidence import Cause, MalformedMessage, parse_message, tampering_message
@@ -36,6 +38,7 @@ class WorkerHandle:
         self.proc = self.conn = None
         self.starts = 0
         self.while_starting = None      # the judge's own set-up, done while the first worker starts
+        self.info: dict = {}            # the last "ready" message's info (strings): torch, gpu, arena
 
     @property
     def pid(self) -> int | None:
@@ -95,6 +98,7 @@ class WorkerHandle:
         if msg["op"] != "ready":
             self.stop()
             raise WorkerFailed(Cause.MALFORMED, f"the worker answered {msg['op']!r} instead of 'ready'", self.tail())
+        self.info = dict(msg.get("info") or {})
         return msg
 
     def start(self, arena_msg: tuple) -> dict:
@@ -147,9 +151,11 @@ class WorkerHandle:
     def _dead(self, what: str) -> dict:
         code = self._wait(5)
         tail = self.tail()
+        emulated = bool(self.setup.get("emulate"))
+        fault = fault_line(self.tail(400)) if emulated else None    # a traceback may follow it (FLASHTUTOR_DEBUG)
         self.stop()
-        return {"op": "error", "cause": Cause.CRASH, "fatal": True, "where": "", "log": tail,
-                "message": crash_message(code, tail, emulated=bool(self.setup.get("emulate")))}
+        return {"op": "error", "cause": Cause.CRASH, "fatal": True, "where": "", "log": tail, "exit": code,
+                "fault": fault, "message": crash_message(code, tail, emulated=emulated, fault=fault)}
 
     def keep_log(self) -> None:
         """FLASHTUTOR_WORKER_LOGS=DIR: keep each worker's log there (the learner's prints, crashes)."""
@@ -228,10 +234,79 @@ def _log_release(pid: int, seconds: float, gone: bool) -> None:
 MEMORY_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGABRT"}
 
 
-def crash_message(code, log: str, *, emulated: bool = False) -> str:
+# The line flashtutor/emulate/fault.h writes when an emulated kernel faults. The log is the learner's process's
+# output: parsed strictly, and what it says is a hint about where, never evidence for a verdict.
+FAULT_LINE = re.compile(r"flashtutor-emulate: fault at address 0x([0-9a-f]{1,16}) \((a read|a write|an access)\) "
+                        r"in kernel ([A-Za-z_][A-Za-z0-9_]{0,119}) \(block (\d{1,10}),(\d{1,10}),(\d{1,10}) "
+                        r"thread (\d{1,10}),(\d{1,10}),(\d{1,10})\)")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An emulated kernel's memory fault, as the worker's log tells it."""
+    address: int
+    access: str                  # "read", "write" or "" (not known)
+    kernel: str
+    block: tuple
+    thread: tuple
+
+    def who(self) -> str:
+        return (f"{self.kernel} (block {','.join(map(str, self.block))} thread "
+                f"{','.join(map(str, self.thread))})")
+
+
+def fault_line(log: str) -> Fault | None:
+    """The last fault line of a worker's log (None when there is none): the one written as the process died."""
+    found = None
+    for line in (log or "").splitlines()[-1000:]:
+        m = FAULT_LINE.fullmatch(line.strip())
+        if m:
+            found = m
+    if found is None:
+        return None
+    g = found.groups()
+    return Fault(int(g[0], 16), {"a read": "read", "a write": "write"}.get(g[1], ""), g[2],
+                 tuple(int(x) for x in g[3:6]), tuple(int(x) for x in g[6:9]))
+
+
+def fault_place(fault: Fault, base, arena_elems: int, shape, slot) -> str:
+    """Where ``fault``'s address lies among the call's buffers, in words ('' when that cannot be said): ``base``
+    is the arena's address in the worker (its "ready" message's info, a string), ``shape`` and ``slot`` the
+    call's. Never raises: its inputs come from the learner's process."""
+    from .protocol import GUARD_BYTES, locate, numel
+    try:
+        if not isinstance(base, str) or not re.fullmatch(r"\d{1,20}", base) or slot is None:
+            return ""
+        shape = tuple(int(x) for x in shape)
+        at = locate(fault.address - int(base), int(arena_elems), shape, int(slot))
+    except (TypeError, ValueError, OverflowError):
+        return ""
+    dims = "×".join(map(str, shape))
+    if at is None:
+        return (f"the address {fault.address:#x} lies outside the grader's input and output buffers: in memory of "
+                "the process (a buffer of your own, such as a scratch tensor, or an address computed wrongly)")
+    if "past_end" in at:
+        n = numel(shape)
+        past = at["past_end"]
+        if past < 0:
+            return "the address lies in a guard page after the grader's memory"
+        what = (f"the address is element {n + past} of out, " + ("just past its end" if past == 0 else
+                f"{past} past its end") + f" (out is {dims} = {n} fp16 values), in a guard page after the grader's "
+                "memory")
+        if fault.access != "write":       # a read past q, k or v runs on through the next of them to here
+            what += (f"; q, k, v and out lie one after another, out last, so an index past q, k or v runs on to "
+                     f"here too: it is element {4 * n + past} of q, {3 * n + past} of k, {2 * n + past} of v")
+        return what
+    idx = ", ".join(map(str, at["index"]))
+    where = "" if at["slot"] == int(slot) else f" of another call's slot ({at['slot']})"
+    return f"the address is {at['tensor']}[{idx}]{where} (element {at['element']} of {at['tensor']}, {dims})"
+
+
+def crash_message(code, log: str, *, emulated: bool = False, fault: Fault | None = None, place: str = "") -> str:
     """What a dead worker's end says to the learner: how it ended, what it probably means (an emulated kernel
-    killed by SIGSEGV/SIGBUS/SIGABRT: an access past a buffer), and its last output without the profiler's and
-    the allocator's lines (:func:`.rules.clean_log`)."""
+    killed by SIGSEGV/SIGBUS/SIGABRT: an access past a buffer; with the emulation's fault line, which kernel,
+    block and thread, and ``place``: where the address lies, :func:`fault_place`), and its last output without
+    the profiler's and the allocator's lines (:func:`.rules.clean_log`) and without the fault line."""
     import signal
 
     from .rules import clean_log, heap_corrupted
@@ -239,7 +314,14 @@ def crash_message(code, log: str, *, emulated: bool = False) -> str:
     sig = signal.Signals(-code).name if isinstance(code, int) and code < 0 and -code in signal.valid_signals() \
         else ""
     heap = heap_corrupted(log)
-    if emulated and (sig in MEMORY_SIGNALS or heap):
+    if emulated and fault is not None and sig in MEMORY_SIGNALS:
+        how = {"read": "read", "write": "wrote"}.get(fault.access, "read or wrote")
+        text += (f": the emulated kernel {fault.who()} {how} past the end of a buffer (an index out of bounds)"
+                 + (f" — {place}" if place else "")
+                 + ". On the CPU such an access ends the process where a GPU reports an illegal memory access. "
+                 "Check the indices of the last, partial tile and the strides of a row, a head and a batch; on a "
+                 "GPU, `flashtutor grade --sanitize` names the kernel, the buffer and the index")
+    elif emulated and (sig in MEMORY_SIGNALS or heap):
         text += (": an emulated kernel most likely read or wrote past the end of a buffer (an index out of bounds)"
                  + (" — the C library found its heap corrupted, the mark of a write past a buffer" if heap else "")
                  + ". On the CPU such an access ends the process where a GPU reports an illegal memory access. "
@@ -247,7 +329,7 @@ def crash_message(code, log: str, *, emulated: bool = False) -> str:
                  "GPU, `flashtutor grade --sanitize` names the kernel, the buffer and the index")
     elif heap:
         text += ": the C library found its heap corrupted, the mark of a write past the end of a buffer"
-    shown = clean_log(log)
+    shown = "\n".join(ln for ln in clean_log(log).splitlines() if not FAULT_LINE.fullmatch(ln.strip())).strip()
     return text + (f"; its last output:\n{shown}" if shown else "")
 
 

@@ -165,7 +165,8 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
         Graph = torch._C._CUDAGraph
         graph_replay = Graph.replay
         device = torch.cuda.current_device()
-    st = {"arena": None, "A": None, "B": None, "fn": None, "graphs": {}, "shm": None}
+    st = {"arena": None, "A": None, "B": None, "fn": None, "graphs": {}, "shm": None, "base": None}
+    guard = None if cuda else _guard()
 
     def views(shape, slot: int):
         n = 1
@@ -314,7 +315,11 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
             except Exception:  # noqa: BLE001
                 pass
             st["shm"] = shm
-            st["arena"] = torch.frombuffer(shm.buf, dtype=torch.float16, count=msg[2])
+            offset = int_(msg[3]) if len_(msg) > 3 else 0       # the arena ends at a page: a guard follows
+            st["arena"] = torch.frombuffer(shm.buf, dtype=torch.float16, count=msg[2], offset=offset)
+            st["base"] = tb_ptr(st["arena"])
+            if guard is not None and len_(msg) > 4:
+                guard(st["base"] + 2 * int_(msg[2]), int_(msg[4]))
         else:
             st["arena"] = msg[1]
         if cuda:
@@ -342,6 +347,8 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
     def serve(fn, ready: dict) -> None:
         st["fn"] = fn
         take_arena(recv())
+        if st["base"] is not None:          # the judge maps an emulated kernel's fault address into the arena
+            ready["info"]["arena"] = str_(st["base"])
         send(ready)
         while True:
             msg = recv()
@@ -360,6 +367,28 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
                 send({"op": "ok"})
 
     return serve
+
+
+def _guard():
+    """``guard(address, size)``: make ``size`` bytes from ``address`` (the page after a CPU arena, inside the
+    worker's mapping of the shared memory) inaccessible, so that an emulated kernel's access just past the arena
+    faults (and says where: flashtutor/emulate/fault.h) instead of reading the next mapping. Bound before the
+    submission is imported (libc's mprotect through ctypes); None when it cannot be."""
+    import ctypes
+    import mmap
+    try:
+        mprotect = ctypes.CDLL(None, use_errno=True).mprotect
+    except (OSError, AttributeError):
+        return None
+    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    mprotect.restype = ctypes.c_int
+    page = mmap.PAGESIZE
+
+    def guard(address: int, size: int) -> None:
+        if address % page == 0 and size > 0:
+            mprotect(address, size - size % page, 0)          # PROT_NONE
+    return guard
+
 
 def _debug(*what) -> None:
     if os.environ.get("FLASHTUTOR_DEBUG", "") not in ("", "0"):

@@ -30,6 +30,13 @@ MUTATIONS: dict[str, tuple[str, dict, str]] = {
     "oob_write": ("illegal memory access",
                   {"attention.cu": [("O[(size_t)r * D + d]", "O[(size_t)r * S * D + d]")]},
                   "a row stride of S·D instead of D: writes land far past the output"),
+    "oob_read_k": ("crash",
+                   {"attention.cu": [("const __half* k = K + bh * S * D; ",
+                                      "const __half* k = K + (size_t)r * S * D;")]},
+                   "K's block taken at the query row instead of its (batch, head): reads run far past the end of K"),
+    "oob_write_next_row": ("crash",
+                           {"attention.cu": [("O[(size_t)r * D + d]", "O[(size_t)(r + 1) * D + d]")]},
+                           "each row stored one row down: the last row lands just past the end of the output"),
     "device_assert": ("device-side assert",
                       {"attention.cu": [("if (r >= rows) return;",
                                          "assert(S % 16 == 0);   // NVRTC has assert built in; 'S is always a multiple of 16'\n"
