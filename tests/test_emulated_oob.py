@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from flashtutor.grading.protocol import GUARD_BYTES, cpu_layout, locate
-from flashtutor.grading.spawn import Fault, crash_message, fault_line, fault_place
+from flashtutor.grading.spawn import Abort, Fault, crash_message, fault_line, fault_place
 
 SHAPE = (2, 3, 37, 64)
 N = 2 * 3 * 37 * 64                  # 14208 values per tensor
@@ -39,6 +39,32 @@ def test_a_write_just_past_the_output_names_out(tmp_path):
     text = _grade(tmp_path, "oob_write_next_row")
     assert "naive_attention" in text and "wrote past the end of a buffer (an index out of bounds)" in text, text
     assert "element 17920 of out, just past its end (out is 1×2×70×128 = 17920 fp16 values)" in text, text
+
+
+def test_one_key_too_many_corrupts_the_heap_and_names_the_kernel(tmp_path):
+    """The key loop to S + 1: the read past K lands in V (no fault: the message cannot name it), the write past the
+    last row of the scores tensor corrupts the heap; the abort that follows names the kernel that ran last."""
+    text = _grade(tmp_path, "oob_key_bound")
+    assert "heap corrupted after the emulated kernel naive_attention ran" in text, text
+    assert "past the end of a buffer" in text and "scratch tensor" in text and "--sanitize" in text, text
+
+
+def test_abort_lines_a_failed_assert_and_an_abort_after_a_kernel():
+    assert fault_line("x\nflashtutor-emulate: abort in kernel k1 (block 0,1,0 thread 2,0,0)\n") == \
+        Abort("k1", (0, 1, 0), (2, 0, 0))
+    after = fault_line("flashtutor-emulate: abort after kernel k1\n")
+    assert after == Abort("k1")
+    for bad in ("flashtutor-emulate: abort in kernel k1", "flashtutor-emulate: abort after kernel k1 (block 0,1,0 "
+                "thread 2,0,0)", "flashtutor-emulate: abort after kernel 1k"):
+        assert fault_line(bad) is None, bad
+    failed = crash_message(-6, "a.cu:3: void k1(): Assertion `x' failed.\n", emulated=True,
+                           fault=Abort("k1", (0, 1, 0), (2, 0, 0)))
+    assert "k1 (block 0,1,0 thread 2,0,0) aborted, most likely a failed assert()" in failed and "Assertion" in failed
+    assert "past the end" not in failed
+    plain = crash_message(-6, "", emulated=True, fault=after)
+    assert "the last emulated kernel to run was k1" in plain and "heap" not in plain
+    assert "k1" not in crash_message(-11, "", emulated=True, fault=after)      # an abort line, a segfault: generic
+    assert fault_place(after, "4096", ARENA, SHAPE, 0) == ""
 
 
 def test_an_address_maps_to_its_slot_tensor_and_index():

@@ -83,8 +83,10 @@ and timing. Memory is the CPU process's: an out-of-bounds access may crash the p
 unnoticed (compute-sanitizer's memcheck on a GPU finds it). When it faults (SIGSEGV or SIGBUS), a handler installed
 with the first library (fault.h) writes ``flashtutor-emulate: fault at address 0x… (a read|a write) in kernel NAME
 (block x,y,z thread x,y,z)`` to stderr before the process dies of the signal; the grader's arena ends at a guard
-page, so an access just past its last buffer faults there. A thread that spins waiting for another's write
-hangs, since a fiber yields only at barriers.
+page, so an access just past its last buffer faults there. An abort (a failed assert, or the C library finding its
+heap corrupted by a write past a buffer) writes ``flashtutor-emulate: abort in kernel NAME (block … thread …)``,
+or ``abort after kernel NAME`` when no kernel runs (the last one that ran). A thread that spins waiting for
+another's write hangs, since a fiber yields only at barriers.
 
 **Grading.** On a machine without a GPU the grader's worker calls :func:`activate` before it imports the
 submission. Then :func:`flashtutor.load_cuda` returns an :class:`EmuModule` of the same file (defines
@@ -461,16 +463,18 @@ class EmuKernel:
 
 
 class _FaultContext(ctypes.Structure):
-    """emu.h's FaultContext: the running kernel's name and its blockIdx and threadIdx, for the fault handler."""
-    _fields_ = [("kernel", ctypes.c_void_p), ("block", ctypes.c_void_p), ("thread", ctypes.c_void_p)]
+    """emu.h's FaultContext: the running kernel's name, its blockIdx and threadIdx, and the last kernel's name."""
+    _fields_ = [("kernel", ctypes.c_void_p), ("block", ctypes.c_void_p), ("thread", ctypes.c_void_p),
+                ("last", ctypes.c_void_p)]
 
 
 _FAULT: list = []            # [the process's FaultContext], once the first library has installed the handler
 
 
 def _fault_setup(lib) -> None:
-    """Give a loaded library the process's fault context; the first one also installs the SIGSEGV/SIGBUS handler
-    (fault.h), which then reports a fault of any library's kernel: its name, block and thread."""
+    """Give a loaded library the process's fault context; the first one also installs the SIGSEGV/SIGBUS/SIGABRT
+    handler (fault.h), which then reports a fault of any library's kernel: its name, block and thread (an abort
+    between launches: the last kernel that ran)."""
     first = not _FAULT
     if first:
         _FAULT.append(_FaultContext())

@@ -200,16 +200,17 @@ inline std::vector<Region> shared_regions;             // the harness's dynamic 
 inline int add_shared(void* base, size_t size) { shared_regions.push_back({(unsigned char*)base, size}); return 0; }
 inline bool poison_shared = false;                     // NaN bytes in shared memory before each block
 inline std::vector<void (*)(unsigned threads)> block_hooks;   // per-block state of the optional headers
-// What a memory fault's handler (fault.h) says: the running kernel and its current block and thread. One struct
-// per process, handed to every library by flashtutor.emulate (emu_fault_setup); null until then.
-struct FaultContext { const char* kernel; const dim3* block; const dim3* thread; };
+// What the fault handler (fault.h) says: the running kernel and its current block and thread, and the last kernel
+// that ran (an abort after a launch: the heap it corrupted). One struct per process, handed to every library by
+// flashtutor.emulate (emu_fault_setup); null until then.
+struct FaultContext { const char* kernel; const dim3* block; const dim3* thread; const char* last; };
 inline FaultContext* fault_ctx = nullptr;
 struct Running {              // fills fault_ctx for the length of a launch
     explicit Running(const char* name) {
-        if (fault_ctx) *fault_ctx = FaultContext{name, &blockIdx, &threadIdx};
+        if (fault_ctx) *fault_ctx = FaultContext{name, &blockIdx, &threadIdx, name};
     }
     ~Running() {
-        if (fault_ctx) *fault_ctx = FaultContext{nullptr, nullptr, nullptr};
+        if (fault_ctx) *fault_ctx = FaultContext{nullptr, nullptr, nullptr, fault_ctx->last};
     }
 };
 

@@ -1,5 +1,7 @@
 // A memory fault of an emulated kernel, told as such: a SIGSEGV/SIGBUS handler that writes one line to stderr,
 //   flashtutor-emulate: fault at address 0x00007f12345678 (a write) in kernel NAME (block 1,0,0 thread 5,0,0)
+// (on SIGABRT: "abort in kernel NAME (block … thread …)" during a launch, a failed assert; "abort after kernel
+// NAME" between launches, the last kernel that ran: the C library found its heap corrupted, most often by it),
 // then hands the signal on (the action that was there before, or the default: the process still dies of it).
 // flashtutor.emulate installs it once per process, from the first library it loads (emu_fault_setup), and gives
 // every library the same FaultContext, which run_grid fills while a kernel runs: the handler of the first library
@@ -12,7 +14,8 @@
 namespace emu_fault {
 extern "C" long write(int, const void*, unsigned long);      // <unistd.h>'s, without its other names
 
-inline struct sigaction previous[2];                         // SIGSEGV's and SIGBUS's action before ours
+inline struct sigaction previous[3];                         // SIGSEGV's, SIGBUS's and SIGABRT's before ours
+inline int slot(int sig) { return sig == SIGBUS ? 1 : sig == SIGABRT ? 2 : 0; }
 inline bool installed = false;
 
 // Appenders for a preformatted line: no printf, no malloc (async-signal-safe).
@@ -37,9 +40,30 @@ struct Line {
     }
 };
 
+inline void say(Line& l) {
+    for (unsigned done = 0; done < l.n;) {
+        const long w = write(2, l.buf + done, l.n - done);
+        if (w <= 0) break;
+        done += (unsigned)w;
+    }
+}
+
 inline void handler(int sig, siginfo_t* info, void* uc) {
     const emu::FaultContext* ctx = emu::fault_ctx;
-    if (ctx && ctx->kernel) {                                 // a kernel was running: say where
+    if (sig == SIGABRT && ctx && (ctx->kernel || ctx->last)) {   // a failed assert, or a heap found corrupted
+        Line l;
+        l.str(ctx->kernel ? "flashtutor-emulate: abort in kernel " : "flashtutor-emulate: abort after kernel ");
+        l.str(ctx->kernel ? ctx->kernel : ctx->last, 120);
+        if (ctx->kernel) {
+            l.str(" (block ");
+            l.dims(ctx->block);
+            l.str(" thread ");
+            l.dims(ctx->thread);
+            l.put(')');
+        }
+        l.put('\n');
+        say(l);
+    } else if (sig != SIGABRT && ctx && ctx->kernel) {         // a kernel was running: say where
         Line l;
         l.str("flashtutor-emulate: fault at address ");
         l.hex((unsigned long)info->si_addr);
@@ -58,13 +82,9 @@ inline void handler(int sig, siginfo_t* info, void* uc) {
         l.str(" thread ");
         l.dims(ctx->thread);
         l.str(")\n");
-        for (unsigned done = 0; done < l.n;) {
-            const long w = write(2, l.buf + done, l.n - done);
-            if (w <= 0) break;
-            done += (unsigned)w;
-        }
+        say(l);
     }
-    struct sigaction& old = previous[sig == SIGBUS ? 1 : 0];
+    struct sigaction& old = previous[slot(sig)];
     if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) old.sa_handler = SIG_DFL;   // must not go on
     sigaction(sig, &old, nullptr);
     raise(sig);                 // pending until this handler returns; then the previous action (by default: death)
@@ -79,5 +99,6 @@ inline void install() {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &previous[0]);
     sigaction(SIGBUS, &sa, &previous[1]);
+    sigaction(SIGABRT, &sa, &previous[2]);
 }
 }  // namespace emu_fault

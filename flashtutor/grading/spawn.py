@@ -241,6 +241,25 @@ FAULT_LINE = re.compile(r"flashtutor-emulate: fault at address 0x([0-9a-f]{1,16}
                         r"thread (\d{1,10}),(\d{1,10}),(\d{1,10})\)")
 
 
+ABORT_LINE = re.compile(r"flashtutor-emulate: abort (in|after) kernel ([A-Za-z_][A-Za-z0-9_]{0,119})"
+                        r"(?: \(block (\d{1,10}),(\d{1,10}),(\d{1,10}) thread (\d{1,10}),(\d{1,10}),(\d{1,10})\))?")
+
+
+@dataclass(frozen=True)
+class Abort:
+    """An abort while an emulated kernel ran (``block``, ``thread``: a failed assert) or after (None: the last kernel
+    that ran, as the C library found its heap corrupted), as the worker's log tells it."""
+    kernel: str
+    block: tuple | None = None
+    thread: tuple | None = None
+
+    def who(self) -> str:
+        if self.block is None or self.thread is None:
+            return self.kernel
+        return (f"{self.kernel} (block {','.join(map(str, self.block))} thread "
+                f"{','.join(map(str, self.thread))})")
+
+
 @dataclass(frozen=True)
 class Fault:
     """An emulated kernel's memory fault, as the worker's log tells it."""
@@ -255,16 +274,21 @@ class Fault:
                 f"{','.join(map(str, self.thread))})")
 
 
-def fault_line(log: str) -> Fault | None:
-    """The last fault line of a worker's log (None when there is none): the one written as the process died."""
+def fault_line(log: str) -> Fault | Abort | None:
+    """The last fault or abort line of a worker's log (None when there is none): the one written as it died."""
     found = None
     for line in (log or "").splitlines()[-1000:]:
-        m = FAULT_LINE.fullmatch(line.strip())
+        line = line.strip()
+        m = FAULT_LINE.fullmatch(line) or ABORT_LINE.fullmatch(line)
         if m:
             found = m
     if found is None:
         return None
     g = found.groups()
+    if found.re is ABORT_LINE:
+        if g[0] == "in" and g[2] is not None:
+            return Abort(g[1], tuple(int(x) for x in g[2:5]), tuple(int(x) for x in g[5:8]))
+        return Abort(g[1]) if g[0] == "after" and g[2] is None else None
     return Fault(int(g[0], 16), {"a read": "read", "a write": "write"}.get(g[1], ""), g[2],
                  tuple(int(x) for x in g[3:6]), tuple(int(x) for x in g[6:9]))
 
@@ -273,9 +297,10 @@ def fault_place(fault: Fault, base, arena_elems: int, shape, slot) -> str:
     """Where ``fault``'s address lies among the call's buffers, in words ('' when that cannot be said): ``base``
     is the arena's address in the worker (its "ready" message's info, a string), ``shape`` and ``slot`` the
     call's. Never raises: its inputs come from the learner's process."""
-    from .protocol import GUARD_BYTES, locate, numel
+    from .protocol import locate, numel
     try:
-        if not isinstance(base, str) or not re.fullmatch(r"\d{1,20}", base) or slot is None:
+        if not isinstance(fault, Fault) or not isinstance(base, str) or not re.fullmatch(r"\d{1,20}", base) \
+                or slot is None:
             return ""
         shape = tuple(int(x) for x in shape)
         at = locate(fault.address - int(base), int(arena_elems), shape, int(slot))
@@ -302,7 +327,8 @@ def fault_place(fault: Fault, base, arena_elems: int, shape, slot) -> str:
     return f"the address is {at['tensor']}[{idx}]{where} (element {at['element']} of {at['tensor']}, {dims})"
 
 
-def crash_message(code, log: str, *, emulated: bool = False, fault: Fault | None = None, place: str = "") -> str:
+def crash_message(code, log: str, *, emulated: bool = False, fault: Fault | Abort | None = None,
+                  place: str = "") -> str:
     """What a dead worker's end says to the learner: how it ended, what it probably means (an emulated kernel
     killed by SIGSEGV/SIGBUS/SIGABRT: an access past a buffer; with the emulation's fault line, which kernel,
     block and thread, and ``place``: where the address lies, :func:`fault_place`), and its last output without
@@ -314,7 +340,22 @@ def crash_message(code, log: str, *, emulated: bool = False, fault: Fault | None
     sig = signal.Signals(-code).name if isinstance(code, int) and code < 0 and -code in signal.valid_signals() \
         else ""
     heap = heap_corrupted(log)
-    if emulated and fault is not None and sig in MEMORY_SIGNALS:
+    if emulated and isinstance(fault, Abort) and sig == "SIGABRT":
+        if heap:
+            text += (f": the C library found its heap corrupted {'while' if fault.block else 'after'} the emulated "
+                     f"kernel {fault.who()} ran, the mark of a write past the end of a buffer (an index out of "
+                     "bounds), most likely one of your own such as a scratch tensor (a write past the grader's q, k, "
+                     "v or out lands in their own memory, not on the heap)")
+        elif fault.block is not None:
+            text += (f": the emulated kernel {fault.who()} aborted, most likely a failed assert() (its message, if "
+                     "any, is in the output below); on a GPU this is a device-side assert")
+        else:
+            text += (f": the last emulated kernel to run was {fault.who()}; an abort after a kernel often means it "
+                     "wrote past the end of a buffer (an index out of bounds) of your own, such as a scratch tensor")
+        if heap or fault.block is None:
+            text += (". Check the indices of the last, partial tile and the strides of a row, a head and a batch; on "
+                     "a GPU, `flashtutor grade --sanitize` names the kernel, the buffer and the index")
+    elif emulated and isinstance(fault, Fault) and sig in MEMORY_SIGNALS:
         how = {"read": "read", "write": "wrote"}.get(fault.access, "read or wrote")
         text += (f": the emulated kernel {fault.who()} {how} past the end of a buffer (an index out of bounds)"
                  + (f" — {place}" if place else "")
@@ -329,7 +370,8 @@ def crash_message(code, log: str, *, emulated: bool = False, fault: Fault | None
                  "GPU, `flashtutor grade --sanitize` names the kernel, the buffer and the index")
     elif heap:
         text += ": the C library found its heap corrupted, the mark of a write past the end of a buffer"
-    shown = "\n".join(ln for ln in clean_log(log).splitlines() if not FAULT_LINE.fullmatch(ln.strip())).strip()
+    shown = "\n".join(ln for ln in clean_log(log).splitlines()
+                      if not FAULT_LINE.fullmatch(ln.strip()) and not ABORT_LINE.fullmatch(ln.strip())).strip()
     return text + (f"; its last output:\n{shown}" if shown else "")
 
 

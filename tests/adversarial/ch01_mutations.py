@@ -34,6 +34,11 @@ MUTATIONS: dict[str, tuple[str, dict, str]] = {
                    {"attention.cu": [("const __half* k = K + bh * S * D; ",
                                       "const __half* k = K + (size_t)r * S * D;")]},
                    "K's block taken at the query row instead of its (batch, head): reads run far past the end of K"),
+    "oob_key_bound": ("crash",
+                      {"attention.cu": [("const int n_keys = causal ? i + 1 : S;",
+                                         "const int n_keys = causal ? i + 1 : S + 1;")]},
+                      "one key too many: reads past the end of K (into V) and writes past each row of the scores, "
+                      "the last row's past the scratch tensor (the heap)"),
     "oob_write_next_row": ("crash",
                            {"attention.cu": [("O[(size_t)r * D + d]", "O[(size_t)(r + 1) * D + d]")]},
                            "each row stored one row down: the last row lands just past the end of the output"),
