@@ -39,6 +39,10 @@ def test_a_write_just_past_the_output_names_out(tmp_path):
     text = _grade(tmp_path, "oob_write_next_row")
     assert "naive_attention" in text and "wrote past the end of a buffer (an index out of bounds)" in text, text
     assert "element 17920 of out, just past its end (out is 1×2×70×128 = 17920 fp16 values)" in text, text
+    # the smaller shapes' overruns land in the arena's slack after their output, before the guard page: the judge
+    # fills it with the never-written pattern and finds it changed
+    assert "wrote past the end of its output: 64 elements of the memory right after it changed, from its very end" \
+        in text, text
 
 
 def test_abort_lines_a_failed_assert_and_an_abort_after_a_kernel():

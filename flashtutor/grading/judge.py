@@ -377,7 +377,7 @@ class Judge:
 
         from ..check import check_output
         from ..problems import reference, sdpa
-        from .protocol import fill_unwritten, inputs_view, slots_that_fit, views
+        from .protocol import fill_unwritten, inputs_view, slot_elems, slots_that_fit, views
         torch = __import__("torch")
         if not self.worker.alive():
             try:
@@ -390,8 +390,16 @@ class Judge:
             self.waited(time.time() - t_lock)
             # A slot of the arena chosen at random, as the timed calls' are: a call cannot tell a check from a
             # timed call by where its inputs lie.
-            slot = random.randrange(slots_that_fit(self.arena.numel(), p.shape))
+            fit = slots_that_fit(self.arena.numel(), p.shape)
+            slot = random.randrange(fit - 1 if fit > 1 else 1)      # a slot with another after it, when there is one
             q, k, v, o = views(self.arena, p.shape, slot)
+            # The memory right after the output (the next slot's q, or what the arena has left after its last slot)
+            # gets the never-written pattern too: a write past the end of the output changes it, where on a GPU
+            # nothing would fault (on a CPU the guard page after the arena faults only further on).
+            end = (slot + 1) * slot_elems(p.shape)
+            after = self.arena[end: min(end + o.numel(), self.arena.numel())] if end < self.arena.numel() else None
+            if after is not None:
+                fill_unwritten(after)
             flat = inputs_view(self.arena, p.shape, slot)
             gen = torch.Generator(device=self.arena.device).manual_seed(seed)
             flat.normal_(generator=gen)
@@ -424,6 +432,9 @@ class Judge:
             if changed:
                 return CaseResult(p.name, seed, False, Cause.INPUTS_MODIFIED,
                                   f"the kernel modified its input(s) {', '.join(changed)}: inputs must stay read-only")
+            overrun = past_the_output(after)
+            if overrun:
+                return CaseResult(p.name, seed, False, Cause.MEMORY_ERROR, overrun)
             if msg["returned"].get("problem"):
                 return CaseResult(p.name, seed, False, Cause.SHAPE, msg["returned"]["problem"])
             res = check_output(p, *private, out, ref=ref, sdpa_out=sdpa_out, seed=seed)
@@ -460,6 +471,24 @@ class Judge:
         elif cause not in (Cause.TIMEOUT, Cause.CRASH):
             text = f"{cause}: {text}"
         return CaseResult(p.name, seed, False, cause, text, log=msg.get("log", ""))
+
+
+def past_the_output(after) -> str:
+    """'' or what a kernel wrote past the end of its output: ``after`` is the memory right after the output buffer,
+    filled with the never-written pattern before the call (None: the output is the last thing in the arena)."""
+    if after is None:
+        return ""
+    from .protocol import unwritten_mask
+    written = ~unwritten_mask(after).flatten()
+    n = int(written.sum())
+    if not n:
+        return ""
+    first = int(written.nonzero()[0])
+    where = "from its very end" if first == 0 else f"from {first} element{'s' if first != 1 else ''} after its end"
+    return (f"the kernel wrote past the end of its output: {n} element{'s' if n > 1 else ''} of the memory right after "
+            f"it changed, {where} (an index out of bounds: the last, partial tile's rows or columns, or a stride). On a "
+            "GPU such a write faults only when it leaves the grader's memory; `flashtutor grade --sanitize` names the "
+            "kernel and the index")
 
 
 def native_host_code(ch: Chapter, sub: Submission) -> str:

@@ -96,11 +96,13 @@ CASES = [
     # Where a far out-of-bounds write lands depends on what else the GPU holds: past every mapping, the driver
     # reports an illegal address, a misaligned one or a failed launch (or the worker dies); inside the judge's
     # arena (the other slots of a large one: H100, 2026-11-24), nothing faults and the rows the kernel should have
-    # written stay NaN. Either way a failure that says what went wrong; the memcheck case below pins the write.
+    # written stay NaN — and the memory right after the output, which the judge fills with the never-written
+    # pattern, changes ("wrote past the end of its output"). Either way a failure that says what went wrong; the
+    # memcheck case below pins the write.
     Case("out-of-bounds write", "illegal memory access|misaligned address|kernel crashed (unspecified launch failure)"
-         "|crash|tail|unwritten",
-         "illegal memory access|misaligned address|unspecified launch failure|never written|the process", True,
-         mutation="oob_write"),
+         "|crash|tail|unwritten|memory error",
+         "illegal memory access|misaligned address|unspecified launch failure|never written|the process"
+         "|wrote past the end", True, mutation="oob_write"),
     Case("unwritten tail", "tail", "never written", True, mutation="unwritten_tail"),
     Case("NaN without max subtraction", "nan", "max", True, mutation="nan_no_max"),
     Case("wrong scale", "scale", "1/sqrt(D)", True, mutation="wrong_scale"),
