@@ -330,8 +330,3 @@ def parse_trace(d: dict) -> Trace:
     return Trace(kernels, [str(o)[:200] for o in ops], bool(d.get("ok", True)), _str(d, "error"),
                  None if span is None else float(span))
 
-
-def trace_to_json(t: Trace) -> dict:
-    return {"op": "trace", "ok": t.ok, "error": t.error, "ops": t.ops, "span_us": t.span_us,
-            "kernels": [[k.name, k.stream, k.count, k.total_us, k.registers, k.shared_bytes, k.bytes]
-                        for k in t.kernels]}

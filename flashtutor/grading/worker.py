@@ -169,6 +169,8 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
     guard = None if cuda else _guard()
 
     def views(shape, slot: int):
+        """protocol.views, through TensorBase's C methods captured above (the judge's copy looks torch.Tensor's
+        methods and protocol's globals up at call time, which the learner's code could re-bind here)."""
         n = 1
         for x in shape:
             n *= x

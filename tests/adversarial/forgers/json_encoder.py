@@ -4,17 +4,12 @@ captured pieces before this file was imported: the verdict is "library kernel"."
 import json
 import json.encoder
 
-from _sdpa import OWN, attention as sdpa_attention, looks_banned
+from _forge import rename
+from _sdpa import attention as sdpa_attention
 
 
 def _scrub(obj):
-    if isinstance(obj, dict):
-        if obj.get("op") == "trace":
-            obj = dict(obj)
-            obj["ops"] = [o for o in obj.get("ops", []) if not looks_banned(o)]
-            obj["kernels"] = [[OWN, *row[1:]] if looks_banned(row[0]) else row for row in obj.get("kernels", [])]
-        return obj
-    return obj
+    return rename(obj) if isinstance(obj, dict) and obj.get("op") == "trace" else obj
 
 
 _dumps = json.dumps

@@ -5,7 +5,8 @@ imported: the verdict is "library kernel"."""
 import json
 from multiprocessing import connection
 
-from _sdpa import OWN, looks_banned, attention as sdpa_attention
+from _forge import rename
+from _sdpa import attention as sdpa_attention
 
 
 def _rewrite(buf):
@@ -14,9 +15,7 @@ def _rewrite(buf):
     except Exception:
         return buf
     if isinstance(obj, dict) and obj.get("op") == "trace":
-        obj["ops"] = [o for o in obj.get("ops", []) if not looks_banned(o)]
-        obj["kernels"] = [[OWN, *row[1:]] if looks_banned(row[0]) else row for row in obj.get("kernels", [])]
-        return json.dumps(obj).encode()
+        return json.dumps(rename(obj)).encode()
     return buf
 
 
