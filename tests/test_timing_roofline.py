@@ -230,3 +230,35 @@ def test_a_negative_time_per_call_is_disturbed_never_below_the_floor():
     assert spread_disturbed(ShapeRun({"learner": good, "sdpa": good}, {}, [], []), ["learner", "sdpa"]) == ""
     why = spread_disturbed(ShapeRun({"learner": negative, "sdpa": good}, {}, [], []), ["learner", "sdpa"])
     assert "learner's time per call came out at -329.8 µs" in why and "not a measurement" in why
+
+
+def test_batches_sized_on_an_inflated_warm_up_are_resized_from_the_measured_time():
+    """A slow first few batches (H100, 2026-11-27: chapter 5's solution, ~21 µs a call, estimated at ~125 µs by
+    its warm-up) gave batches of 1 and 2 calls, one call of GPU time apart — any jitter is then a large share of
+    the slope, and the rounds spread 448 %. The rounds are redone once with sizes from the measured time per call;
+    a shape sized right is timed once."""
+    import random
+
+    from flashtutor.grading import timing as tm
+
+    class SlowStart(_SlowIssueBench):
+        def __init__(self, slow_batches):
+            super().__init__(fixed_us=500.0, host_us=1250.0, gpu_us=21.0)
+            self.slow = slow_batches
+
+        def batch(self, cand, problem, n, **kw):
+            run = super().batch(cand, problem, n, **kw)
+            if self.slow:
+                self.slow -= 1
+                run.window_us += 100.0 * n
+            return run
+
+    bench = SlowStart(slow_batches=3)
+    run = tm.measure_shape(bench, None, {"learner": lambda *a: None}, rounds=4, rng=random.Random(5))
+    n1, n2 = run.times["learner"].batch
+    assert (n2 - n1) * bench.gpu_us >= tm.MIN_SPAN_US / 2
+    assert run.times["learner"].median_us == pytest.approx(bench.gpu_us)
+    sized_right = SlowStart(slow_batches=0)
+    run = tm.measure_shape(sized_right, None, {"learner": lambda *a: None}, rounds=4, rng=random.Random(5))
+    assert run.times["learner"].batch == (n1, n2)
+    assert len([s for s in sized_right.sleeps if not s[0].endswith("(warm-up)")]) == 4 * 2 + 1

@@ -37,7 +37,7 @@ import pytest
 
 from ..chapters import Chapter, get_chapter
 from .evidence import Cause
-from .rules import case_failures, clean_log
+from .rules import case_failures, clean_log, disturbed_summary
 
 LARGE_LOGITS = "large_logits"
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -225,8 +225,7 @@ def _speed(r, ch: Chapter) -> tuple[str, str]:
         return FAILED, "\n".join(_capped(lines, ch.key))
     disturbed = [f"{t.problem}: {t.disturbed}" for t in timed if t.disturbed]
     if disturbed:
-        return SKIPPED, ("speed: timing disturbed by another process on this GPU — re-run when the GPU is free ("
-                         + "; ".join(disturbed[:3]) + ")")
+        return SKIPPED, f"speed: {disturbed_summary(disturbed)} (" + "; ".join(disturbed[:3]) + ")"
     return PASSED, ""
 
 

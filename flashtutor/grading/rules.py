@@ -453,14 +453,23 @@ def decide(r, ch: Chapter) -> None:
         return
     if disturbed:
         r.verdict = Verdict.DISTURBED
-        r.summary = (f"correct on all {len(r.checks)} cases; timing disturbed by another process on this GPU: "
-                     "re-run when the GPU is free")
+        r.summary = f"correct on all {len(r.checks)} cases; {disturbed_summary(disturbed)}"
         r.warnings.extend(disturbed)
         r.scope = scope(r, ch)
         return
     r.verdict = Verdict.PASS
     r.summary = _pass_summary(r, ch)
     r.scope = scope(r, ch)
+
+
+def disturbed_summary(whys: list[str]) -> str:
+    """What a disturbed timing says, by what disturbed it: another process NVML saw on the GPU, or rounds that
+    disagreed with no other process seen (then the cause may be this machine's host or the calls themselves)."""
+    if any("other process" in w for w in whys):
+        return "timing disturbed by another process on this GPU: re-run when the GPU is free"
+    return ("timing not steady: the timed rounds disagreed after three tries, and no other process was seen on the "
+            "GPU: re-run; if it recurs, look for work in attention() whose GPU time varies from call to call "
+            "(allocations, host synchronisation, a first-use setup repeated)")
 
 
 SANITIZER_CAUSE = {"memcheck": Cause.MEMORY_ERROR, "racecheck": Cause.RACE, "synccheck": Cause.BARRIER}
