@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from .bench.tables import paired_times
-from .chapters import CHAPTERS, ROOT
+from .chapters import CHAPTERS, ROOT, STEPS
 
 RESULTS = ROOT / "results"
 PAGE = ROOT / "book" / "results.md"
+CHART = "figures/results_ladder.svg"    # the ladder chart, relative to the page (book/figures/)
 
 GPUS = (("h100", "NVIDIA H100 80GB HBM3"), ("h200", "NVIDIA H200"))
 SEED_SHAPE = "B1 H16 S1024 D64"
@@ -85,17 +88,46 @@ NBSP = "\u00a0"      # keeps a time, its unit and its spread on one line in a ta
 WJ = "\u2060"        # word joiner: no line break after the dash of a range
 
 
+def sig(x: float, digits: int = 3, max_decimals: int | None = None) -> str:
+    """``x`` to ``digits`` significant digits, trailing zeros kept (0.8 → "0.800", 1090.23 → "1090",
+    18288.7 → "18300"); ``max_decimals`` caps the decimals (a difference of two times printed to 0.1 µs)."""
+    if x == 0 or x != x:
+        return "0" if x == 0 else "nan"
+    e = math.floor(math.log10(abs(x)))
+    decimals = digits - 1 - e
+    if max_decimals is not None:
+        decimals = min(decimals, max_decimals)
+    r = round(x, decimals)
+    if r and math.floor(math.log10(abs(r))) > e:           # 99.96 → 100: one digit more before the point
+        decimals -= 1
+        r = round(x, decimals)
+    return f"{r:.{max(0, decimals)}f}"
+
+
+def signed(x: float, max_decimals: int | None = 1) -> str:
+    """A difference with its sign, to 3 significant digits (at most ``max_decimals`` decimals)."""
+    return ("+" if x >= 0 else "") + sig(x, 3, max_decimals)
+
+
+def _time_unit(x_us: float) -> tuple[float, str]:
+    return (x_us / 1000.0, "ms") if abs(x_us) >= 1000.0 else (x_us, "µs")
+
+
 def us(x: float) -> str:
-    return f"{x:.1f}{NBSP}µs"
+    """A time given in µs, to 3 significant digits: µs below a millisecond, else ms (18288.7 → "18.3 ms")."""
+    v, unit = _time_unit(x)
+    return f"{sig(v)}{NBSP}{unit}"
 
 
 def spread(m: dict) -> str:
-    """median µs (p10–p90)"""
-    return f"{m['median_us']:.1f}{NBSP}µs{NBSP}({m['p10_us']:.1f}–{WJ}{m['p90_us']:.1f})"
+    """median (p10–p90), the three in the median's unit, 3 significant digits each"""
+    v, unit = _time_unit(m["median_us"])
+    k = 1000.0 if unit == "ms" else 1.0
+    return (f"{sig(v)}{NBSP}{unit}{NBSP}({sig(m['p10_us'] / k)}–{WJ}{sig(m['p90_us'] / k)})")
 
 
 def ratio(x: float) -> str:
-    return f"{x:.2f}×"
+    return f"{sig(x)}×"
 
 
 def cudnn(v) -> str:
@@ -206,7 +238,7 @@ def ladder_rows(res: Results, gpu: str) -> list[dict]:
         worst, best = max(ts, key=lambda x: x["ratio"]), min(ts, key=lambda x: x["ratio"])
         row.update(
             learner=spread(me), sdpa=spread(sd), ratio=ratio(t["ratio"]),
-            host=f"{me['host_us']:.1f} / {sd['host_us']:.1f}",
+            host=f"{sig(me['host_us'])} / {sig(sd['host_us'])}",
             worst=f"{ratio(worst['ratio'])} ({shape(worst['problem'])})",
             best=f"{ratio(best['ratio'])} ({shape(best['problem'])})",
             basis="/".join(sorted({x.get("basis", "?") for x in ts})), passed=rule_outcome(key, rep),
@@ -239,7 +271,7 @@ def env_line(rows: list[dict]) -> str:
 def ladder_table(rows: list[dict]) -> str:
     """Two tables of a few columns each (one of ten columns showed four at the book's width): the ratios and
     the rule, then the seed shape's times and the host's cost."""
-    head = "| chapter | ratio at the seed shape | worst ratio (shape) | best ratio (shape) | speed rule — passes it? |"
+    head = "| chapter | ratio at the seed shape | highest ratio (shape) | lowest ratio (shape) | speed rule — passes it? |"
     lines = [head, "|---|---|---|---|---|"]         # (the rule and its outcome share a column: six were too wide)
     for r in rows:
         if "missing" in r:
@@ -289,9 +321,9 @@ def host_cost_note(res: Results) -> str:
     m = d["median_host_us_per_call"]
     gpu = d.get("environment", {}).get("gpu", "the GPU's host")
     return (f"The host column is the judge's view of a call, not a bare launch. On the host of an {gpu}, "
-            f"one SDPA call at {shape(d['problem'])} cost the host {m['plain']:.1f} µs issued plainly (the same tensors each call), "
-            f"{m['views']:.1f} µs when each call's inputs are sliced from the judge's arena, {m['traced']:.1f} µs under the "
-            f"judge's tracer (the profiler that sees which kernels a call launched), and {m['judge']:.1f} µs with both, as the "
+            f"one SDPA call at {shape(d['problem'])} cost the host {us(m['plain'])} issued plainly (the same tensors each call), "
+            f"{us(m['views'])} when each call's inputs are sliced from the judge's arena, {us(m['traced'])} under the "
+            f"judge's tracer (the profiler that sees which kernels a call launched), and {us(m['judge'])} with both, as the "
             f"grader issues it (medians of {d['rounds']} rounds of {d['calls_per_sample']} calls, from {src(name)}). "
             "The same overheads apply to your calls, so the column compares like with like; neither reaches the GPU "
             "time, which is taken with the host's work already queued.")
@@ -304,7 +336,7 @@ def section_ladder(res: Results) -> str:
            "SDPA's at the seed shape, "
            f"{SEED_SHAPE}, both timed by the grader in the same rounds: below 1.00× the solution is faster than "
            "SDPA, above it slower. Times are the median GPU time per call with the 10th–90th percentile range in "
-           "brackets. The **worst** and **best** ratios are over every shape the chapter times (the seed shape and "
+           "brackets. The **highest** and **lowest** ratios are over every shape the chapter times (the seed shape and "
            "the chapter's sets). The **basis** says how the GPU time per call was taken: *stream*, calls queued "
            "back to back behind a gate, so the host's cost of issuing them is paid before the clock starts; "
            "*graph*, both sides replayed from CUDA graphs (chapter 6, about small problems), so the GPU-side gaps "
@@ -320,6 +352,236 @@ def section_ladder(res: Results) -> str:
         name = next((r["env"].get("gpu") for r in rows if r.get("env", {}).get("gpu")), gpu_name)
         out += [f"### {name}", "", env_line(rows), "", ladder_table(rows), "", "Sources:", "", ladder_sources(rows), ""]
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------- the chart: the ladder as a picture --
+# Each chapter's best step where it is not the solution, and where its times come from. Only a timing on the
+# grader's basis (GPU time per call, calls back to back, SDPA alternating in the same rounds) is drawn.
+BEST_STEPS = {"01": "1a", "03": "3c", "04": "4b", "07": "7c"}      # 02, 05, 06: the solution is the chapter's last step
+_CH07 = re.compile(r"^ch07-(h100|h200)-(\d{4}-\d\d-\d\d)(?:-[a-z-]+)?\.json$")
+
+
+def _stat(ratios: list[float], **kw) -> dict:
+    return {"ratios": ratios, "median": statistics.median(ratios), "lo": min(ratios), "hi": max(ratios),
+            "n": len(ratios), **kw}
+
+
+def ch07_run(res: Results, gpu: str) -> tuple[str, dict] | tuple[None, None]:
+    """The newest chapter-7 benchmark file on ``gpu`` (by the date and time it records) that timed step 7c the
+    grader's way (records of kind 'stream'), or (None, None)."""
+    found = []
+    for name in res.names(f"ch07-{gpu}-*.json"):
+        d = res.load(name) if _CH07.match(name) else None
+        recs = ((d or {}).get("steps", {}).get("7c") or {}).get("records", [])
+        if any(r.get("kind") == "stream" for r in recs):
+            found.append((str((d.get("environment") or {}).get("date", "")), name, d))
+    if not found:
+        return None, None
+    _, name, d = max(found)
+    return name, d
+
+
+def _ch07_stream(d: dict, step: str, problems: set[str]) -> list[float]:
+    """Step ``step``'s time over SDPA's at ``problems``, from the records timed back to back (the grader's
+    basis); a record replayed from a CUDA graph (the run's seed shape) is another basis and is left out."""
+    return [r["us"] / r["sdpa_us"] for r in (d.get("steps", {}).get(step) or {}).get("records", [])
+            if r.get("kind") == "stream" and r.get("problem") in problems and r.get("basis") == "back-to-back"]
+
+
+def ladder_chart_data(res: Results) -> dict:
+    """What the chart draws and its table prints, per GPU: the solution's ratios (the grader's, over every shape
+    its newest report times) and the best step's where it is timed on the same basis, with their files."""
+    gpus = {}
+    for gpu, gpu_name in GPUS:
+        rows = ladder_rows(res, gpu)
+        sol, best, extra, files = {}, {}, {}, []
+        for key in CHAPTERS:
+            name, rep = res.newest(key, gpu)
+            ts = timed(rep) if rep else []
+            if not ts:
+                continue
+            files.append(name)
+            sol[key] = _stat([t["ratio"] for t in ts], step=next(s.id for s in STEPS[key] if s.solution), file=name,
+                             basis="/".join(sorted({t.get("basis", "?") for t in ts})))
+            if key == "01":            # chapter 1's reference (step 1a), timed in the same rounds as the solution
+                rs = [t["times"]["reference"]["median_us"] / t["times"]["sdpa"]["median_us"] for t in ts
+                      if (t["times"].get("reference") or {}).get("median_us")]
+                if rs:
+                    best[key] = _stat(rs, step="1a", file=name, basis=sol[key]["basis"])
+            if key == "07":
+                run_name, run = ch07_run(res, gpu)
+                if run:
+                    probs = {t["problem"] for t in ts}
+                    c, b = _ch07_stream(run, "7c", probs), _ch07_stream(run, "7b", probs)
+                    if c:
+                        best[key] = _stat(c, step="7c", file=run_name, basis="stream")
+                    if b:
+                        extra[key] = _stat(b, step="7b", file=run_name, basis="stream")
+        if sol:
+            name = next((r["env"].get("gpu") for r in rows if r.get("env", {}).get("gpu")), gpu_name)
+            gpus[gpu] = {"name": name, "env": env_line(rows), "solution": sol, "best": best, "extra": extra,
+                         "files": files}
+    return gpus
+
+
+def _short_title(key: str) -> str:
+    return {"01": "naive", "02": "tiling", "03": "WMMA", "04": "Triton", "05": "CUTLASS", "06": "batching",
+            "07": "Hopper"}.get(key, CHAPTERS[key].title.split(":")[0])
+
+
+CHART_TITLE = "The ladder: each chapter's time ÷ SDPA's"
+_COLORS = {"h100": "#2e6fcf", "h200": "#cf6a2e"}
+_OFFSETS = {("solution", "h100"): -0.21, ("solution", "h200"): -0.07, ("best", "h100"): 0.07, ("best", "h200"): 0.21}
+_NEAR = ("04", "06", "07")           # the chapters near SDPA, drawn again on a linear scale in the inset
+
+
+def _markers(ax, data: dict, keys: list[str], *, labels: bool, size: float) -> None:
+    """Each GPU's solution (filled circle) and best step (open diamond) at chapters ``keys``: the median, a bar
+    from the lowest to the highest ratio, and the best step's name above its pair."""
+    from . import plots
+    tops: dict[str, tuple[float, list[float]]] = {}
+    for gpu in data:
+        short = data[gpu]["name"].replace("NVIDIA ", "").split()[0]
+        for kind, marker, fill in (("solution", "o", _COLORS[gpu]), ("best", "D", "white")):
+            stats = {k: v for k, v in data[gpu][kind].items() if k in keys}
+            if not stats:
+                continue
+            xs = [keys.index(k) + _OFFSETS[(kind, gpu)] for k in stats]
+            med = [st["median"] for st in stats.values()]
+            err = [[m - st["lo"] for st, m in zip(stats.values(), med)],
+                   [st["hi"] - m for st, m in zip(stats.values(), med)]]
+            label = f"{'solution' if kind == 'solution' else 'best step, where not the solution'}, {short}"
+            ax.errorbar(xs, med, yerr=err, fmt=marker, ms=size, mfc=fill, mec=_COLORS[gpu], mew=1.3,
+                        ecolor=_COLORS[gpu], elinewidth=1.2, capsize=2.5, lw=0, label=label if labels else None,
+                        zorder=3)
+            if kind == "best":
+                for x, (k, st) in zip(xs, stats.items()):
+                    hi, x_all = tops.get(k, (0.0, []))
+                    tops[k] = (max(hi, st["hi"]), x_all + [x])
+    for k, (hi, x_all) in tops.items():
+        step = next(data[g]["best"][k]["step"] for g in data if k in data[g]["best"])
+        ax.annotate(step, (sum(x_all) / len(x_all), hi), xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=plots.SMALL, color="#333333")
+
+
+def draw_chart(data: dict):
+    """The ladder as one chart: per chapter, the solution's median ratio (filled circle) and the best step's
+    (open diamond, named) per GPU, a bar from the lowest to the highest ratio over the timed shapes, a log y
+    axis and a dashed line at 1 (SDPA); an inset repeats the chapters near SDPA on a linear scale, where the
+    log axis squeezes them together. Returns the Figure."""
+    from matplotlib.ticker import MultipleLocator
+
+    from . import plots
+    fig, ax = plots.figure(height=4.2)
+    keys = list(CHAPTERS)
+    ax.axhline(1.0, color="black", lw=1.0, ls="--", zorder=1)
+    ax.text(-0.45, 1.0, "SDPA", ha="left", va="bottom", fontsize=plots.SMALL)
+    _markers(ax, data, keys, labels=True, size=6)
+    ax.set_yscale("log")
+    ax.set_ylim(0.4, 2500)
+    ax.set_xticks(range(len(keys)))
+    ax.set_xticklabels([f"{int(k)}\n{_short_title(k)}" for k in keys], fontsize=plots.SMALL)
+    ax.set_xlim(-0.5, len(keys) - 0.5)
+    ax.set_xlabel("chapter", fontsize=plots.NORMAL)
+    ax.set_ylabel("time ÷ SDPA's time (log scale)", fontsize=plots.NORMAL)
+    ax.grid(axis="y", alpha=0.3, which="major")
+    ax.set_axisbelow(True)
+    near = [k for k in _NEAR if any(k in data[g]["solution"] for g in data)]
+    if near:
+        ins = ax.inset_axes([0.47, 0.50, 0.51, 0.44])
+        plots.style_axes(ins)
+        ins.axhline(1.0, color="black", lw=1.0, ls="--", zorder=1)
+        _markers(ins, data, near, labels=False, size=5)
+        lo = min(st["lo"] for g in data for kind in ("solution", "best") for k, st in data[g][kind].items() if k in near)
+        hi = max(st["hi"] for g in data for kind in ("solution", "best") for k, st in data[g][kind].items() if k in near)
+        ins.set_ylim(min(lo, 1.0) - 0.1, max(hi, 1.0) + 0.3)
+        ins.set_xlim(-0.5, len(near) - 0.5)
+        ins.set_xticks(range(len(near)))
+        ins.set_xticklabels([f"{int(k)} {_short_title(k)}" for k in near], fontsize=plots.SMALL)
+        ins.text(0.02, 0.96, "near SDPA, linear scale", transform=ins.transAxes, ha="left", va="top",
+                 fontsize=plots.SMALL, color="#333333")
+        ins.yaxis.set_major_locator(MultipleLocator(0.2))
+        ins.grid(axis="y", alpha=0.3)
+        ins.set_axisbelow(True)
+    plots.title(ax, CHART_TITLE)
+    plots.legend(ax, where="below", ncol=2)
+    return fig
+
+
+def chart_svg(res: Results) -> bytes:
+    """The chart as SVG bytes, the same on every run (fixed ids, no date or matplotlib version inside)."""
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with matplotlib.rc_context({"svg.hashsalt": "flashtutor", "svg.fonttype": "none"}):
+        fig = draw_chart(ladder_chart_data(res))
+        buf = io.BytesIO()
+        try:
+            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+        finally:
+            plt.close(fig)
+    return buf.getvalue()
+
+
+def _cell(st: dict | None) -> str:
+    if not st:
+        return "not timed"
+    rng = "" if st["n"] == 1 else f" ({sig(st['lo'])}–{WJ}{sig(st['hi'])})"
+    return f"{ratio(st['median'])}{rng}"
+
+
+def section_chart(res: Results) -> tuple[str, str]:
+    """(the figure with its caption, which opens the page; the table of the numbers it draws)."""
+    data = ladder_chart_data(res)
+    gpus = list(data)
+    best_files = {g: sorted({st["file"] for k, st in data[g]["best"].items() if k != "01"}) for g in gpus}
+    env = "; ".join(f"**{data[g]['name']}**: {data[g]['env']}" for g in gpus)
+    no7c = [data[g]["name"] for g in gpus if "07" not in data[g]["best"]]
+    runs = "; ".join(f"{srcs(best_files[g], code=True)} ({data[g]['name']})" for g in gpus if best_files[g])
+    shapes7 = next((data[g]["best"]["07"]["n"] for g in gpus if "07" in data[g]["best"]), 0)
+    caption = (
+        "Each marker is the median, over the shapes the grader times for that chapter, of a kernel's GPU time per call "
+        "divided by SDPA's (timed in the same rounds); its bar runs from the lowest to the highest of those ratios. "
+        "Below the dashed line at 1 the kernel is faster than SDPA; the inset repeats the chapters near it on a "
+        "linear scale. Filled circles: the chapter's solution, from the "
+        "grader's newest report per chapter and GPU (" + "; ".join(srcs(data[g]["files"], code=True) for g in gpus)
+        + "), timed with calls queued back to back, chapter 6 with both sides replayed from CUDA graphs (its rule's basis). "
+        "Open diamonds: the chapter's best step where it is not the solution, on the same basis: 1a, chapter 1's "
+        "reference, timed in the same grade reports as its solution; 7c, the course's fastest kernel, from the chapter 7 "
+        f"benchmark run the grader's way (calls back to back, SDPA alternating) at the {shapes7} of the grader's shapes "
+        "it timed back to back (the run replayed the seed shape from a CUDA graph: another basis, left out)"
+        + (f": {runs}" if runs else "") + (f"; no such run on the {', '.join(no7c)}" if no7c else "") + ". "
+        "Chapters 2, 5 and 6: the solution is the chapter's last step. Chapters 3 and 4 have later steps (3b and 3c; "
+        "4b, tuned for Hopper) that no results file times the grader's way (only one call at a time, event-timed or "
+        "graph-replayed), so they are not drawn. " + env + ".")
+    out = [f"```{{figure}} {CHART}", ":name: results-ladder", f":alt: {CHART_TITLE}, per chapter, H100 and H200, "
+           "log scale", ":width: 100%", "", caption, "```", ""]
+    table = ["| chapter | kernel | " + " | ".join(data[g]["name"] for g in gpus) + " | timed shapes |",
+             "|---|---|" + "---|" * len(gpus) + "---|"]
+    for key in CHAPTERS:
+        ch = f"{{doc}}`{key} {CHAPTERS[key].title.split(':')[0]} <{chapter_doc(key)}>`"
+        sol_id = next(s.id for s in STEPS[key] if s.solution)
+        lines = [(f"{sol_id}, the solution", {g: data[g]["solution"].get(key) for g in gpus})]
+        if key in BEST_STEPS:
+            b = BEST_STEPS[key]
+            lines.append((f"{b}, the best step", {g: data[g]["best"].get(key) for g in gpus}))
+        if key == "07" and any(data[g]["extra"].get(key) for g in gpus):
+            lines.append((f"{sol_id}, in 7c's run", {g: data[g]["extra"].get(key) for g in gpus}))
+        for i, (what, sts) in enumerate(lines):
+            n = sorted({f"{st['n']}, {st['basis']}" for st in sts.values() if st})
+            cells = " | ".join(_cell(sts[g]) for g in gpus)
+            if not any(sts.values()):
+                cells = " | ".join("no timing on the grader's basis" for _ in gpus)
+            out_n = "; ".join(n) or "—"
+            table.append(f"| {ch if i == 0 else ''} | {what} | {cells} | {out_n} |")
+    out += ["The chart's numbers: each kernel's time ÷ SDPA's, the median over the timed shapes with the lowest and "
+            "highest in brackets, and how many shapes on which basis (*stream*: calls queued back to back; *graph*: "
+            "replayed from CUDA graphs). The solutions' numbers are the grader's reports; "
+            "step 7c's, and step 7b's beside it, are the chapter 7 benchmark's run named in the caption.", ""]
+    figure, text = out[:8], out[8:]
+    return "\n".join(figure), "\n".join(["## The ladder at a glance", ""] + text + table + [""])
 
 
 # ---------------------------------------------------------------- section 2: events vs GPU time ----
@@ -442,9 +704,9 @@ def section_events(res: Results) -> str:
     out += ["| # | shape | what was timed | events (old) | GPU time (new) | old − new | old / new "
             "| host µs a call (new) |", "|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
-        host = f"{r['host']:.1f}" if r["host"] is not None else "—"
+        host = sig(r['host']) if r["host"] is not None else "—"
         out.append(f"| {i} | {shape(r['problem'])} | {r['what']} | {us(r['old_us'])} | {us(r['new_us'])} *{r['basis']}* "
-                   f"| {r['diff_us']:+.1f} µs | {r['old_over_new']:.2f}× | {host} |")
+                   f"| {signed(r['diff_us'])} µs | {ratio(r['old_over_new'])} | {host} |")
     out += ["", "The files, by row (old; new):", ""]
     out += [f"{i}. {r['old']}, {src(r['old_file'], False)}; {r['new']}, {src(r['new_file'], False)}"
             for i, r in enumerate(rows, 1)]
@@ -456,13 +718,13 @@ def section_events(res: Results) -> str:
         d = [r["diff_us"] for r in mine]
         q = [r["old_over_new"] for r in mine]
         sd = [r["diff_us"] for r in mine if r["ident"] == "SDPA"]
-        sdpa = (f"; for SDPA alone {min(sd):+.1f} to {max(sd):+.1f} µs over {len(sd)} files" if sd else "")
+        sdpa = (f"; for SDPA alone {signed(min(sd))} to {signed(max(sd))} µs over {len(sd)} files" if sd else "")
         out.append(f"* At {at}, over {len(mine)} pairs, the event-timed median minus the GPU time per call was "
-                   f"{min(d):+.1f} to {max(d):+.1f} µs ({min(q):.2f}× to {max(q):.2f}× the new time){sdpa}.")
+                   f"{signed(min(d))} to {signed(max(d))} µs ({ratio(min(q))} to {ratio(max(q))} the new time){sdpa}.")
     up = [r for r in rows if r["diff_us"] > 0]
     top = max(rows, key=lambda r: r["old_over_new"])
     out += ["", f"The event-timed median was the higher one in {len(up)} of {len(rows)} pairs; the largest excess, "
-            f"relative to the new time, was {top['old_over_new']:.2f}× ({top['what']}, {top['problem']}, new basis "
+            f"relative to the new time, was {ratio(top['old_over_new'])} ({top['what']}, {top['problem']}, new basis "
             f"*{top['basis']}*). That excess bounds the host and launch latency the old numbers contained. It stays "
             "small because the flush before each timed call kept the GPU busy while the host issued the call, so "
             "most of the host's cost (the last column) never reached the events. Where the new basis is *graph*, the "
@@ -536,7 +798,7 @@ def claim_sdpa_23us(res: Results) -> Finding:
     ok = lo / TOL <= 23.0 <= hi * TOL
     return Finding(HOLDS if ok else FAILS,
                    f"SDPA's GPU time per call at {SEED_SHAPE} on an H100, queued back to back, in {len(times)} "
-                   f"grade reports: {lo:.1f}–{hi:.1f} µs", tuple(files))
+                   f"grade reports: {sig(lo)}–{sig(hi)} µs", tuple(files))
 
 
 def claim_launch_overhead(res: Results) -> Finding:
@@ -555,13 +817,13 @@ def claim_launch_overhead(res: Results) -> Finding:
             if tt and tt.get("basis") == "stream" and tt["times"]["sdpa"].get("host_us") is not None:
                 hosts.append(tt["times"]["sdpa"]["host_us"])
                 files.append(n)
-    host = (f"; issuing one SDPA call cost the host {min(hosts):.1f}–{max(hosts):.1f} µs in {len(hosts)} newer "
+    host = (f"; issuing one SDPA call cost the host {sig(min(hosts))}–{sig(max(hosts))} µs in {len(hosts)} newer "
             f"reports (H100 and H200), measured apart from the GPU time" if hosts else "")
     ok = all(g >= 11.0 / TOL and share[w] >= 0.5 for w, g in gaps.items())
     return Finding(HOLDS if ok else FAILS,
                    f"at {SEED_SHAPE} on an H200, one run: replaying the call from a CUDA graph removed "
-                   f"{gaps['sdpa']:.1f} µs of SDPA's event-timed {us(t['stats']['sdpa']['median_us'])} "
-                   f"({100 * share['sdpa']:.0f}%) and {gaps['learner']:.1f} µs of chapter 6's solution's "
+                   f"{us(gaps['sdpa'])} of SDPA's event-timed {us(t['stats']['sdpa']['median_us'])} "
+                   f"({100 * share['sdpa']:.0f}%) and {us(gaps['learner'])} of chapter 6's solution's "
                    f"{us(t['stats']['learner']['median_us'])}{host}", tuple(dict.fromkeys(files)))
 
 
@@ -589,7 +851,7 @@ def claim_best_073(res: Results) -> Finding:
     for gpu, by in per.items():
         best = min(by[shape])
         sd = min(x for x in by[shape] if x[1].startswith("SDPA"))
-        parts.append(f"{_gpu(gpu)}: best {best[0]:.2f} µs per sequence, {best[1]}; SDPA {sd[0]:.2f} µs")
+        parts.append(f"{_gpu(gpu)}: best {us(best[0])} per sequence, {best[1]}; SDPA {us(sd[0])}")
         files += [best[2], sd[2]]
         ok &= best[0] <= 0.73 * TOL
     return Finding(HOLDS if ok else FAILS, f"at {shape}, GPU time per call ÷ 32: " + "; ".join(parts),
@@ -611,8 +873,8 @@ def claim_all_nine(res: Results) -> Finding:
         worst_sd = max(sdpa_all)
         who = sorted({best[s][1] for s in GRID})
         parts.append(f"{_gpu(gpu)}: the fastest kernel timed at each shape needs at most "
-                     f"{best[worst_shape][0]:.2f} µs per sequence (at {worst_shape}; fastest: {', '.join(who)}); "
-                     f"SDPA alone at most {worst_sd[0]:.2f} µs")
+                     f"{us(best[worst_shape][0])} per sequence (at {worst_shape}; fastest: {', '.join(who)}); "
+                     f"SDPA alone at most {us(worst_sd[0])}")
         files += [best[s][2] for s in GRID] + [worst_sd[2]]
         ok &= best[worst_shape][0] < 5.0
     if not any_full:
@@ -651,8 +913,8 @@ def claim_per_head(res: Results) -> Finding:
     rs = _ch05_seed(res)
     if not rs:
         return Finding(UNMEASURED, "no grade report of chapter 5's solution in results/")
-    parts = [f"{_gpu(g)}: {t['times']['learner']['median_us'] / 16:.2f} µs per head "
-             f"({us(t['times']['learner']['median_us'])} ÷ 16; SDPA {t['times']['sdpa']['median_us'] / 16:.2f} µs per head)"
+    parts = [f"{_gpu(g)}: {us(t['times']['learner']['median_us'] / 16)} per head "
+             f"({us(t['times']['learner']['median_us'])} ÷ 16; SDPA {us(t['times']['sdpa']['median_us'] / 16)} per head)"
              for g, _, t in rs]
     ok = all(t["times"]["learner"]["median_us"] / 16 <= 1.65 * TOL for _, _, t in rs)
     return Finding(HOLDS if ok else FAILS, f"chapter 5's three-kernel solution at {SEED_SHAPE}, GPU time per call: "
@@ -663,10 +925,11 @@ def claim_98pct(res: Results) -> Finding:
     rs = _ch05_seed(res)
     if not rs:
         return Finding(UNMEASURED, "no grade report of chapter 5's solution in results/")
-    parts = [f"{_gpu(g)}: {100 / t['ratio']:.0f}% of SDPA's speed (time ratio {ratio(t['ratio'])})" for g, _, t in rs]
+    parts = [f"{_gpu(g)}: {ratio(t['ratio'])} SDPA's time" for g, _, t in rs]
     ok = all(100 / t["ratio"] >= 98 / TOL for _, _, t in rs)
-    return Finding(HOLDS if ok else FAILS, f"chapter 5's three-kernel solution at {SEED_SHAPE}, SDPA's GPU time per "
-                   "call over the solution's: " + "; ".join(parts), tuple(n for _, n, _ in rs))
+    return Finding(HOLDS if ok else FAILS, f"chapter 5's three-kernel solution at {SEED_SHAPE}, its GPU time per "
+                   "call over SDPA's (the claimed 98% would be 1.02×): " + "; ".join(parts),
+                   tuple(n for _, n, _ in rs))
 
 
 def claim_fa3(res: Results) -> Finding:
@@ -679,14 +942,15 @@ def claim_fa3(res: Results) -> Finding:
         if not (ref and other):
             continue
         (t_ref, t_other), basis = paired_times(ref, other)
-        x = t_other / t_ref
+        x = t_ref / t_other                 # the course's kernel's time over the other's: this page's one direction
         if "FlashAttention-3" in by:
-            return Finding(HOLDS if x >= 1.51 / TOL else FAILS,
-                           f"the three-kernel reference at {x:.2f}× FlashAttention-3's speed ({basis})", (name,))
+            return Finding(HOLDS if x <= TOL / 1.51 else FAILS,
+                           f"the three-kernel reference took {ratio(x)} FlashAttention-3's time ({basis}; 1.51× "
+                           "faster would be 0.662×)", (name,))
         gpu = (d.get("env") or {}).get("gpu") or "?"
         return Finding(UNMEASURED, "FlashAttention-3 is not installed where the course measured; against SDPA's "
                        f"FlashAttention-2 backend, {basis} on the {gpu}, chapter 5's three-kernel "
-                       f"reference ran at {x:.2f}× its speed ({us(t_ref)} against {us(t_other)})", (name,))
+                       f"reference took {ratio(x)} its time ({us(t_ref)} against {us(t_other)})", (name,))
     return Finding(UNMEASURED, "no results file times FlashAttention-3")
 
 
@@ -734,8 +998,8 @@ def claim_five_x(res: Results) -> Finding:
         if not t or not t.get("floor_us"):
             continue
         sd, fl = t["times"]["sdpa"]["median_us"], t["floor_us"]
-        parts.append(f"{_gpu(gpu)}: 5× SDPA's speed is {sd / 5:.1f} µs, below the shape's roofline floor of "
-                     f"{fl:.1f} µs; no kernel can be more than {sd / fl:.2f}× faster than SDPA here")
+        parts.append(f"{_gpu(gpu)}: the claimed 5×, 0.2× SDPA's time, is {us(sd / 5)}, below the shape's "
+                     f"roofline floor of {us(fl)}; no kernel's time can go below {ratio(fl / sd)} SDPA's here")
         files.append(name)
         ok &= sd / fl >= 5 / TOL
     if not parts:
@@ -764,7 +1028,7 @@ def claim_fusion_gain(res: Results) -> Finding:
         if t4 and t5:
             g = t5["ratio"] / t4["ratio"]
             gains.append(g)
-            parts.append(f"{_gpu(gpu)}: {g:.2f}× ({ratio(t5['ratio'])} ÷ {ratio(t4['ratio'])})")
+            parts.append(f"{_gpu(gpu)}: {ratio(g)} ({ratio(t5['ratio'])} ÷ {ratio(t4['ratio'])})")
             files += [n5, n4]
     if not gains:
         return Finding(UNMEASURED, "no GPU has grade reports of both chapter 4's and chapter 5's solutions")
@@ -780,7 +1044,7 @@ def _gain_claim(xs: list[float], claimed: float) -> str:
 
 def _span(xs: list[float]) -> str:
     lo, hi = min(xs), max(xs)
-    return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
+    return ratio(lo) if sig(lo) == sig(hi) else f"{sig(lo)}–{sig(hi)}×"
 
 
 def claim_warp_specialization(res: Results) -> Finding:
@@ -918,15 +1182,20 @@ def section_claims(res: Results) -> str:
 # ---------------------------------------------------------------- the page --------------------------
 def render(results_dir: Path | str | None = None) -> str:
     res = Results(results_dir)
+    figure, glance = section_chart(res)
     head = ["# Appendix: the ladder's results", "",
-            "<!-- Generated by `python -m flashtutor.results_page` from results/*.json: do not edit by hand. "
-            "`python -m flashtutor.results_page --check` fails when this page is stale. -->", "",
+            "<!-- Generated by `python -m flashtutor.results_page` from results/*.json, with the chart "
+            f"book/{CHART}: do not edit by hand. `python -m flashtutor.results_page --check` fails when either is "
+            "stale. -->", "", figure, "",
             "Every chapter measures its own kernels against PyTorch's `scaled_dot_product_attention` (SDPA). This "
             "page puts the chapters side by side, from the grader's reports of each chapter's solution, shows how "
             "much the course's older event-timed numbers differ from the grader's GPU time per call, and sets the "
-            "seed reports' claims beside what was measured. Every number is read from, or computed from, a file "
-            "in `results/`, named beside it; the page is regenerated from those files, not edited.", ""]
-    return "\n".join(head) + "\n" + section_ladder(res) + "\n" + section_events(res) + "\n" + section_claims(res)
+            "seed reports' claims beside what was measured. Every ratio to SDPA on it is the kernel's time divided "
+            "by SDPA's, the grader's ratio: below 1× the kernel is faster. Numbers are printed to three "
+            "significant digits. Every number is read from, or computed from, a file in `results/`, named beside "
+            "it; the page is regenerated from those files, not edited.", ""]
+    return ("\n".join(head) + "\n" + glance + "\n" + section_ladder(res) + "\n" + section_events(res) + "\n"
+            + section_claims(res))
 
 
 def main(argv=None) -> int:
@@ -936,15 +1205,22 @@ def main(argv=None) -> int:
     ap.add_argument("--page", type=Path, default=PAGE, help="the page to write or check (default: book/results.md)")
     args = ap.parse_args(argv)
     text = render(args.results)
+    svg = chart_svg(Results(args.results))
+    chart = args.page.parent / CHART            # the chart beside the page, where the page's figure points
     if args.check:
-        have = args.page.read_text() if args.page.is_file() else None
-        if have != text:
-            print(f"{args.page} is stale: regenerate it with `python -m flashtutor.results_page`", file=sys.stderr)
+        stale = [str(path) for path, want, read in ((args.page, text.encode(), args.page.read_bytes),
+                                                      (chart, svg, chart.read_bytes))
+                 if not path.is_file() or read() != want]
+        if stale:
+            print(f"{' and '.join(stale)} stale or missing: regenerate with `python -m flashtutor.results_page`",
+                  file=sys.stderr)
             return 1
-        print(f"{args.page} matches {args.results}")
+        print(f"{args.page} and {chart} match {args.results}")
         return 0
     args.page.write_text(text)
-    print(f"wrote {args.page}")
+    chart.parent.mkdir(parents=True, exist_ok=True)
+    chart.write_bytes(svg)
+    print(f"wrote {args.page} and {chart}")
     return 0
 
 

@@ -8,12 +8,19 @@
 * negative controls: a tampered copy of a results file changes the page (and its number appears), a newer
   report replaces an older one and the page names both, a stale page makes `--check` fail;
 * the claims: at most 15 words each, quoted exactly from their seed report (when ../shared/seeds is there),
-  one of three verdicts, and only files that exist in results/ named as sources.
+  one of three verdicts, and only files that exist in results/ named as sources;
+* the ladder chart: the page opens with it, the committed SVG is what the results give (and changes with them),
+  its numbers are each kernel's time over SDPA's recomputed from the JSON, chapter 7 shows step 7b (the
+  solution) and step 7c (the best step);
+* no number on the page has more than 3 significant digits, and every ratio to SDPA is the kernel's time over
+  SDPA's (both checks fed a bad line too, to show they can fail).
 """
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 import shutil
 import subprocess
 import sys
@@ -30,6 +37,25 @@ PAGE = ROOT / "book" / "results.md"
 SEEDS = ROOT.parent / "shared" / "seeds"
 SEED = "B1 H16 S1024 D64"
 GPUS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
+
+
+def _sig(x: float) -> str:
+    """x to 3 significant digits, trailing zeros kept (written apart from the generator's formatter)."""
+    if x == 0:
+        return "0"
+    exp = math.floor(math.log10(abs(x)))
+    text = f"{float(f'{x:.2e}'):.{max(0, 2 - exp)}f}"
+    return text
+
+
+def _time(us: float) -> tuple[float, str]:
+    return (us / 1000, "ms") if us >= 1000 else (us, "µs")
+
+
+def _spread(m: dict) -> str:
+    v, unit = _time(m["median_us"])
+    k = 1000 if unit == "ms" else 1
+    return f"{_sig(v)} {unit} ({_sig(m['p10_us'] / k)}–{_sig(m['p90_us'] / k)})"
 
 
 def _plain(text: str) -> str:
@@ -89,14 +115,14 @@ def test_ladder_cells_recomputed_from_the_json(page, gpu):
         t = next(x for x in d["timings"] if x["problem"] == SEED)
         me, sd = t["times"]["learner"], t["times"]["sdpa"]
         row = _ladder_row(page, gpu, key)
-        assert row[1] == f"{me['median_us']:.1f} µs ({me['p10_us']:.1f}–{me['p90_us']:.1f})", (gpu, key, row)
-        assert row[2] == f"{sd['median_us']:.1f} µs ({sd['p10_us']:.1f}–{sd['p90_us']:.1f})", (gpu, key, row)
-        assert row[3] == f"{me['median_us'] / sd['median_us']:.2f}×", (gpu, key, row)
-        assert row[4] == f"{me['host_us']:.1f} / {sd['host_us']:.1f}", (gpu, key, row)
+        assert row[1] == _spread(me), (gpu, key, row)
+        assert row[2] == _spread(sd), (gpu, key, row)
+        assert row[3] == f"{_sig(me['median_us'] / sd['median_us'])}×", (gpu, key, row)     # yours ÷ SDPA's
+        assert row[4] == f"{_sig(me['host_us'])} / {_sig(sd['host_us'])}", (gpu, key, row)
         ratios = {x["problem"]: x["times"]["learner"]["median_us"] / x["times"]["sdpa"]["median_us"]
                   for x in d["timings"] if x.get("times")}
         worst, best = max(ratios, key=ratios.get), min(ratios, key=ratios.get)
-        assert row[5] == f"{ratios[worst]:.2f}× ({worst})" and row[6] == f"{ratios[best]:.2f}× ({best})", row
+        assert row[5] == f"{_sig(ratios[worst])}× ({worst})" and row[6] == f"{_sig(ratios[best])}× ({best})", row
         assert row[7] == "/".join(sorted({x["basis"] for x in d["timings"]}))
         rule = CHAPTERS[key].speed
         if rule.max_ratio_vs_sdpa:
@@ -104,7 +130,7 @@ def test_ladder_cells_recomputed_from_the_json(page, gpu):
             assert row[9].startswith("yes" if max(ratios.values()) <= rule.max_ratio_vs_sdpa else "no"), row
         if rule.min_speedup_vs:
             least = min(x["speedup_vs_baseline"] for x in d["timings"])
-            assert row[9].startswith("yes" if least >= rule.min_speedup_vs else "no") and f"{least:.2f}×" in row[9]
+            assert row[9].startswith("yes" if least >= rule.min_speedup_vs else "no") and f"{_sig(least)}×" in row[9]
         assert f"results/{_newest(gpu, key).name}" in _section(page, f"### {GPUS[gpu]}")
 
 
@@ -121,7 +147,8 @@ def test_environment_line_from_the_reports(page):
 
 
 def _numbers_of(obj, out: set[str]) -> set[str]:
-    """Every number of a JSON document, as the page may print it (0, 1 or 2 decimals, or :g)."""
+    """Every number of a JSON document, as the page may print it: 3 significant digits, of a time in µs also in
+    ms, or as :g (the rules' bounds)."""
     if isinstance(obj, dict):
         for v in obj.values():
             _numbers_of(v, out)
@@ -129,7 +156,7 @@ def _numbers_of(obj, out: set[str]) -> set[str]:
         for v in obj:
             _numbers_of(v, out)
     elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        out.update({f"{obj:.0f}", f"{obj:.1f}", f"{obj:.2f}", f"{obj:g}"})
+        out.update({f"{obj:g}", _sig(obj), _sig(obj / 1000)})
     return out
 
 
@@ -162,10 +189,10 @@ def test_event_section_pairs_recomputed(page):
     files = dict(re.findall(r"^(\d+)\. (.*)$", text, re.M))          # the files under the table, by row number
     row = next(r for r in _rows(text) if r[1] == SEED and r[2] == "SDPA (cuDNN)"
                and "results/bench02-h200-2026-11-21.json" in files[r[0]])
-    assert row[3] == f"{o['median_us']:.1f} µs" and row[4].startswith(f"{n['median_us']:.1f} µs *")
+    assert row[3] == f"{_sig(o['median_us'])} µs" and row[4].startswith(f"{_sig(n['median_us'])} µs *")
     assert f"results/{_newest('h200', '02').name}" in files[row[0]]
-    assert files[row[0]].startswith(f"{o['median_us']:.1f} µs ({o['p10_us']:.1f}–{o['p90_us']:.1f})")
-    assert row[5] == f"{o['median_us'] - n['median_us']:+.1f} µs" and row[6] == f"{o['median_us'] / n['median_us']:.2f}×"
+    assert files[row[0]].startswith(_spread(o))
+    assert row[5] == f"{o['median_us'] - n['median_us']:+.1f} µs" and row[6] == f"{_sig(o['median_us'] / n['median_us'])}×"
     # only pairs where both exist: chapter 6's solution is timed at the seed shape, not at B32 H16 S512 D64
     assert not [r for r in _rows(text) if r[2] == "chapter 6's solution" and r[1] != SEED]
 
@@ -199,9 +226,9 @@ def test_claims_are_short_exact_quotes_with_a_verdict_and_real_sources():
 def test_a_claim_recomputed(page):
     text = _plain(_section(page, "## Appendix: seed claims vs measured"))
     t = next(x for x in json.loads(_newest("h100", "05").read_text())["timings"] if x["problem"] == SEED)
-    pct = 100 * t["times"]["sdpa"]["median_us"] / t["times"]["learner"]["median_us"]
+    x = t["times"]["learner"]["median_us"] / t["times"]["sdpa"]["median_us"]
     row = next(r for r in _rows(text) if "98% of PyTorch SDPA efficiency" in r[1])
-    assert f"H100: {pct:.0f}% of SDPA's speed" in row[2] and row[3] == "**does not hold**"
+    assert f"H100: {_sig(x)}× SDPA's time" in row[2] and row[3] == "**does not hold**"
     row = next(r for r in _rows(text) if "1.51× faster than FlashAttention-3" in r[1])
     assert row[3] == "**not measured yet**"           # FlashAttention-3 is in no results file
 
@@ -247,6 +274,8 @@ def test_the_newest_report_is_used_and_named(results_copy):
 def test_a_stale_page_fails_the_check(tmp_path, results_copy, page):
     stale = tmp_path / "results.md"
     stale.write_text(page)
+    (tmp_path / rp.CHART).parent.mkdir(parents=True)
+    shutil.copy(PAGE.parent / rp.CHART, tmp_path / rp.CHART)              # the chart beside the page
     assert rp.main(["--check", "--results", str(results_copy), "--page", str(stale)]) == 0
     stale.write_text(page.replace("## The ladder against SDPA", "## The ladder against SDPA (edited)"))
     assert rp.main(["--check", "--results", str(results_copy), "--page", str(stale)]) == 1
@@ -262,7 +291,121 @@ def test_host_cost_note_reads_the_newest_probe(results_copy):
     probe["median_host_us_per_call"]["judge"] = 123.4
     (results_copy / "host-cost-h100-2099-01-01.json").write_text(json.dumps(probe))
     note = rp.host_cost_note(rp.Results(results_copy))
-    assert "123.4 µs with both" in note and "host-cost-h100-2099-01-01.json" in note
+    assert "123 µs with both" in _plain(note) and "host-cost-h100-2099-01-01.json" in note
     for f in results_copy.glob("host-cost-*.json"):
         f.unlink()
     assert rp.host_cost_note(rp.Results(results_copy)) == ""          # no probe file: no claim about it
+
+
+# ---------------------------------------------------------------- the chart ------------------------
+def test_the_page_opens_with_the_chart(page):
+    body = re.sub(r"<!--.*?-->", "", page, flags=re.S).split("\n", 1)[1].lstrip()     # after the title
+    assert body.startswith(f"```{{figure}} {rp.CHART}\n"), body[:200]
+    figure = body[: body.index("\n```\n")]
+    assert "|" not in figure and "\n#" not in figure                 # nothing (no table, no section) before it
+    assert (PAGE.parent / rp.CHART).is_file()
+    caption = _plain(figure)
+    for gpu in GPUS.values():                                          # the GPUs, versions and dates: in the caption
+        assert gpu in caption
+    assert "driver" in caption and "torch" in caption and re.search(r"\d{4}-\d\d-\d\d", caption)
+    for gpu in GPUS:                                                  # and the files it draws
+        assert f"-solution-{gpu}-" in caption
+    assert rp.ladder_chart_data(rp.Results(RESULTS))["h100"]["best"]["07"]["file"] in caption
+    svg = (PAGE.parent / rp.CHART).read_text()
+    assert rp.CHART_TITLE in svg and "SDPA" in svg
+    texts = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", svg))
+    assert "SDPA" in texts and "driver" not in texts and not re.search(r"\d{4}-\d\d", texts)   # no environment in it
+
+
+def test_the_committed_chart_is_what_the_results_give_and_changes_with_them(results_copy):
+    assert rp.chart_svg(rp.Results(results_copy)) == (PAGE.parent / rp.CHART).read_bytes()
+    _set_seed_time(results_copy / _newest("h100", "07").name, 1.0)       # chapter 7's solution at 1 µs
+    assert rp.chart_svg(rp.Results(results_copy)) != (PAGE.parent / rp.CHART).read_bytes()
+
+
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_chart_numbers_are_yours_over_sdpa_recomputed_from_the_json(gpu):
+    data = rp.ladder_chart_data(rp.Results(RESULTS))[gpu]
+    for key in CHAPTERS:
+        d = json.loads(_newest(gpu, key).read_text())
+        mine = [t["times"]["learner"]["median_us"] / t["times"]["sdpa"]["median_us"] for t in d["timings"]
+                if t.get("times")]
+        st = data["solution"][key]
+        assert st["file"] == _newest(gpu, key).name
+        assert st["median"] == pytest.approx(statistics.median(mine), rel=1e-9), (gpu, key)
+        assert (st["lo"], st["hi"]) == pytest.approx((min(mine), max(mine)), rel=1e-9)
+    ref = [t["times"]["reference"]["median_us"] / t["times"]["sdpa"]["median_us"]
+           for t in json.loads(_newest(gpu, "01").read_text())["timings"]]
+    assert data["best"]["01"]["step"] == "1a" and data["best"]["01"]["median"] == pytest.approx(statistics.median(ref))
+
+
+def test_chapter_7_shows_the_solution_7b_and_the_best_step_7c(page):
+    text = _plain(_section(page, "## The ladder at a glance"))
+    rows = _rows(text)
+    at = next(i for i, r in enumerate(rows) if r[0].startswith("{doc}`07 "))
+    ch7 = rows[at:at + 3]
+    assert ch7[0][1] == "7b, the solution" and ch7[1][1] == "7c, the best step", ch7
+    # 7c recomputed from the newest chapter-7 run on the H100, at the grader's shapes it timed back to back
+    runs = sorted(RESULTS.glob("ch07-h100-*.json"), key=lambda f: json.loads(f.read_text())["environment"]["date"])
+    run = json.loads(runs[-1].read_text())
+    graded = {t["problem"] for t in json.loads(_newest("h100", "07").read_text())["timings"]}
+    xs = [r["us"] / r["sdpa_us"] for r in run["steps"]["7c"]["records"]
+          if r["kind"] == "stream" and r["problem"] in graded and r["basis"] == "back-to-back"]
+    assert ch7[1][2] == f"{_sig(statistics.median(xs))}× ({_sig(min(xs))}–{_sig(max(xs))})", ch7[1]
+    assert ch7[1][3] == "not timed"                      # no chapter-7 run on the H200: said, not drawn
+    assert runs[-1].name in _plain(page.split("\n```\n")[0])     # the caption names the run
+    d7 = json.loads(_newest("h100", "07").read_text())
+    sol = [t["ratio"] for t in d7["timings"]]
+    assert ch7[0][2].startswith(f"{_sig(statistics.median(sol))}×")
+
+
+# ---------------------------------------------------------------- precision and direction ---------
+def _shown_numbers(text: str) -> list[str]:
+    """The numbers a reader sees on the page, less those that are names: shapes, dates, versions, file names,
+    code, link targets, and the seeds' own words (quoted as they are)."""
+    t = _plain(text)
+    t = re.sub(r"<!--.*?-->", "", t, flags=re.S)
+    t = re.sub(r"^(```|:\w+:).*$", "", t, flags=re.M)            # the figure's fences and options
+    for pattern in (r"`[^`]*`", r"<[^>]*>", r"“[^”]*”", r"B\d+ H\d+ S\d+ D\d+", r"\d{4}-\d\d-\d\d(?: \d\d:\d\d)?",
+                    r"\d+(?:\.\d+){2,}\S*", r"results/\S+"):
+        t = re.sub(pattern, " ", t)
+    return re.findall(r"(?<![\w./])[-+]?\d+(?:\.\d+)?(?![\w/]|\.\d)", t)
+
+
+def _significant(token: str) -> int:
+    digits = token.lstrip("+-")
+    digits = digits.replace(".", "").lstrip("0") if "." in digits else digits.lstrip("0").rstrip("0")
+    return len(digits)
+
+
+def too_precise(text: str) -> list[str]:
+    return [tok for tok in _shown_numbers(text) if _significant(tok) > 3]
+
+
+def test_no_number_on_the_page_has_more_than_3_significant_digits(page):
+    assert len(_shown_numbers(page)) > 500
+    assert too_precise(page) == []
+
+
+def test_the_digit_check_fails_on_a_bad_row(page):
+    bad = "| {doc}`01 Naive </x>` | 1090.23× | 18288.7 µs (18273.5–⁠18312.0) | 0.8234 | B1 H16 S1024 D64 |"
+    assert too_precise(page + "\n" + bad) == ["1090.23", "18288.7", "18273.5", "18312.0", "0.8234"]
+    assert too_precise("1090× 1.09× 0.823 18300 µs +0.8 µs -474 µs, graded 2026-11-26, torch 2.11.0+cu130") == []
+    assert _significant("100.0") == 4 and _significant("0.800") == 3 and _significant("1090") == 3
+
+
+# SDPA's time over yours (a speed), said in the ways this page would say it.
+INVERSE = (r"\d×\s+(?:SDPA's|its|FlashAttention-\d's)\s+speed", r"SDPA's (?:GPU )?time(?: per call)? over (?:the|your|its)",
+           r"speed-?up (?:over|against|vs\.?) SDPA", r"SDPA (?:is|was|ran) [\d.]+× faster", r"× faster than SDPA\b(?! is)")
+
+
+def inverse_ratios(text: str) -> list[str]:
+    return [m.group(0) for pat in INVERSE for m in re.finditer(pat, _plain(text))]
+
+
+def test_every_ratio_to_sdpa_is_yours_over_sdpas(page):
+    assert inverse_ratios(page) == []
+    assert "the kernel's time divided by SDPA's" in page and "below 1× the kernel is faster" in page
+    for bad in ("chapter 5's reference ran at 0.27× its speed", "SDPA's GPU time per call over the solution's",
+                "no kernel can be more than 3.01× faster than SDPA here"):
+        assert inverse_ratios(page + "\n" + bad), bad
