@@ -1,0 +1,122 @@
+"""Chapter 8's notebook (chapters/08_backward/backward.ipynb): in the book after chapter 7, showing its diagrams,
+whose contents are the solution's, with stored tables that are still those of the results files they read.
+
+tests/test_book.py runs the notebook under nbval and builds the book; tests/test_diagrams.py checks the SVGs
+against book/diagrams/ch08.py and their text sizes. This file checks what those do not, for chapter 8 only.
+CPU only, well under a second.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "chapters" / "08_backward" / "backward.ipynb"
+DIAGRAMS = ROOT / "book" / "diagrams"
+SOLUTION = ROOT / "solutions" / "08_backward" / "attention.py"
+TIME_LOG = ROOT / "results" / "ch08-time-h100-2026-11-27-partial.log"
+TRAIN = ROOT / "results" / "ch08-train-h100-2026-11-27.json"
+
+
+def _cells():
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def _outputs(cell) -> str:
+    text = []
+    for o in cell.get("outputs", []):
+        text.append("".join(o.get("text", "")))
+        text.append("".join(o.get("data", {}).get("text/markdown", "")))
+    return "".join(text)
+
+
+def _diagram_module():
+    if str(DIAGRAMS) not in sys.path:
+        sys.path.insert(0, str(DIAGRAMS))         # ch08.py imports `style` from its own folder
+    spec = importlib.util.spec_from_file_location("test_ch08_notebook_diagrams", DIAGRAMS / "ch08.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_toc_lists_chapter_8_after_chapter_7():
+    files = [m.group(1) for m in re.finditer(r"^\s*-\s*file:\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M)]
+    assert "chapters/08_backward/backward" in files
+    assert files.index("chapters/08_backward/backward") == files.index("chapters/07_hopper/hopper") + 1
+
+
+def test_code_lines_fit_the_page():
+    for i, cell in enumerate(_cells()):
+        if cell["cell_type"] == "code":
+            long = [line for line in "".join(cell["source"]).splitlines() if len(line) > 100]
+            assert not long, f"cell {i}: {long}"
+
+
+def test_every_code_cell_has_run():
+    """Executed on a CPU at least: every code cell has an execution count and no error output."""
+    for i, cell in enumerate(_cells()):
+        if cell["cell_type"] == "code":
+            assert cell.get("execution_count"), f"cell {i} was not executed"
+            assert not any(o.get("output_type") == "error" for o in cell.get("outputs", [])), f"cell {i}"
+
+
+def test_the_chapter_shows_its_diagrams_with_captions():
+    shown = set()
+    for cell in _cells():
+        if "diagram" in cell.get("metadata", {}).get("tags", []):
+            src = "".join(cell["source"])
+            for rel, name in re.findall(r"\]\((\.\./\.\./book/diagrams/svg/(ch08_[\w-]+)\.svg)\)", src):
+                assert (NOTEBOOK.parent / rel).resolve().is_file(), rel
+                assert len(src.split(")", 1)[1].strip()) > 40, f"no caption under {name}"
+                shown.add(name)
+    drawn = set(_diagram_module().DIAGRAMS)
+    assert drawn and drawn == shown, (sorted(drawn), sorted(shown))
+
+
+def test_the_data_flow_is_the_solutions():
+    """Every tensor the diagram says a kernel reads or writes is a pointer argument of that kernel."""
+    flow = _diagram_module().FLOW
+    src = SOLUTION.read_text(encoding="utf-8")
+    kernels = ["fwd_kernel", "bwd_preprocess_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel"]
+    args = {}
+    for k in kernels:
+        m = re.search(rf"def {k}\((.*?)\):", src, re.S)
+        args[k] = set(re.findall(r"\b([A-Z][A-Z_]*)\b", re.sub(r"#[^\n]*", "", m.group(1))))
+    names = {"Q": {"Q"}, "K": {"K"}, "V": {"V"}, "O": {"O"}, "lse": {"LSE"}, "dO": {"DO"}, "delta": {"DELTA"},
+             "dQ": {"DQ"}, "dK, dV": {"DK", "DV"}}
+    for tensor, cells in flow.items():
+        if tensor not in names:
+            continue                                     # P, dP, dS: on chip only, no argument
+        for kernel, cell in zip(kernels, cells):
+            present = names[tensor] <= args[kernel]
+            assert present == (cell is not None), (tensor, kernel, cell, sorted(args[kernel]))
+
+
+def test_the_diagram_sizes_are_the_notebooks():
+    ch08 = _diagram_module()
+    sizes = ch08.sizes()
+    out = next(_outputs(c) for c in _cells() if "Q, K, V, O (fp16)" in "".join(c["source"]))
+    row = re.search(rf"B{ch08.B} H{ch08.H} S{ch08.S} D{ch08.D}\s+([\d.]+) MB\s+([\d.]+) MB\s+([\d.]+) GB", out)
+    assert row, out
+    qkvo, lse, p = (float(x) for x in row.groups())
+    assert round(4 * sizes["tensor"] / 1e6, 1) == qkvo and round(sizes["rows"] / 1e6, 1) == lse
+    assert round(sizes["p"] / 1e9, 2) == p
+
+
+def test_stored_tables_are_the_results_files():
+    """Every backward time of the H100 log is in the stored table (re-run the notebook when the log changes), and
+    the training table holds the JSON's losses and step times."""
+    text = "".join(_outputs(c) for c in _cells())
+    for line in TIME_LOG.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^\s+bwd\s+(B\d+ H\d+) S\s*(\d+) (D\d+)( causal)?\s+(\S+)\s+([\d.]+) µs", line)
+        if m:
+            b_h, s, d, causal, who, us = m.groups()
+            shape = f"{b_h} S{s} {d}".replace(" ", "\u00a0") + (causal or "")
+            assert f"| {shape} | {who} | {float(us) / 1e3:.2f} ms |" in text, line
+    run = json.loads(TRAIN.read_text())
+    for name, loss in run["summary"]["final_loss_mean_of_last_10pct"].items():
+        assert f"{loss:.4f}" in text and f"{run['summary']['median_step_ms'][name]:.1f} ms" in text, name
+    assert f"{run['summary']['gap']:+.4f}" in text
