@@ -389,3 +389,38 @@ def test_a_gpu_without_sm90a_gets_a_clear_message(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
     with pytest.raises(cl.UnsupportedGPU, match=r"A100-SXM4-80GB\) is sm_80.*H100 or H200"):
         cl.build_gemms([cl.GemmConfig("qk", tile=(128, 128, 64), cluster=(1, 1), schedule="coop", epilogue="tma")])
+
+
+def test_compiles_run_one_per_slot_of_available_memory(tmp_path, monkeypatch):
+    """nvcc holds 3.2-3.5 GB for one CUTLASS configuration: on a machine with memory for one, two callers (two
+    threads here; test workers and notebooks alike, the lock is a file's) compile one after the other."""
+    import threading
+    import time
+    monkeypatch.setattr(cl, "_available_bytes", lambda: cl.COMPILE_BYTES + 1)        # room for one
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def compile_once():
+        with cl._memory_slot(tmp_path, poll=0.01):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.2)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=compile_once) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1
+    monkeypatch.setattr(cl, "_available_bytes", lambda: 8 * cl.COMPILE_BYTES)        # room for several
+    monkeypatch.setattr(cl.os, "cpu_count", lambda: 2)
+    inside[0] = most[0] = 0
+    threads = [threading.Thread(target=compile_once) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 2                                                                 # capped by the cores

@@ -685,10 +685,11 @@ def _compile_check_cubin(nvcc, flags, label, text, cubin: Path, meta: Path, cach
         tu = Path(td) / f"{label}.cu"
         tu.write_text(text)
         tmp_cubin = Path(td) / "out.cubin"
-        t0 = time.perf_counter()
-        r = subprocess.run([nvcc, *flags, "-cubin", "-o", str(tmp_cubin), str(tu)],
-                           capture_output=True, text=True)
-        seconds = time.perf_counter() - t0
+        with _memory_slot(cubin.parent):
+            t0 = time.perf_counter()
+            r = subprocess.run([nvcc, *flags, "-cubin", "-o", str(tmp_cubin), str(tu)],
+                               capture_output=True, text=True)
+            seconds = time.perf_counter() - t0
         log = (r.stdout + r.stderr).splitlines()
         if r.returncode != 0:
             errs = [ln for ln in log if "error" in ln][:10] or log[-20:]
@@ -697,6 +698,50 @@ def _compile_check_cubin(nvcc, flags, label, text, cubin: Path, meta: Path, cach
         _replace_whole(cubin, tmp_cubin.read_bytes())
     _replace_whole(meta, json.dumps({"seconds": seconds, "warnings": warnings}).encode())
     return seconds, warnings
+
+
+# nvcc's front end (cicc) holds 3.2-3.5 GB for one of chapter 5's configurations (2-core box, 2026-11-27: pv 128×64×64
+# 3.32 GB; without the host code, the kernel alone instantiated, 3.21 GB; -Xcicc -O0 changes nothing): the memory is
+# the templates' instantiation. Compiles on one machine (test workers, notebooks, threads) run at most one per this
+# many bytes of the memory available, so a learner's 8 GB laptop never runs two at once.
+COMPILE_BYTES = 3_600_000_000
+
+
+def _available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 2 * COMPILE_BYTES
+
+
+@contextlib.contextmanager
+def _memory_slot(folder: Path, poll: float = 0.25):
+    """One of ``max(1, available memory // COMPILE_BYTES)`` compile slots on this machine (capped by its
+    cores), across processes: file locks on ``folder/.slot-N``, waited for in turn."""
+    import fcntl
+    slots = max(1, min(os.cpu_count() or 1, _available_bytes() // COMPILE_BYTES))
+    files = [open(folder / f".slot-{i}", "a") for i in range(slots)]
+    held = None
+    try:
+        while held is None:
+            for f in files:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = f
+                    break
+                except OSError:
+                    continue
+            else:
+                time.sleep(poll)
+        yield
+    finally:
+        if held is not None:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        for f in files:
+            f.close()
 
 
 def _replace_whole(path: Path, data: bytes):
