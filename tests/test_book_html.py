@@ -367,3 +367,12 @@ def test_short_table_cells_keep_their_line(built_book):
     assert seen[True] > 100 and seen[False] > 100, seen
     css = (ROOT / "book/_static/flashtutor.css").read_text()
     assert re.search(r"td\.ft-nowrap\s*\{\s*white-space:\s*nowrap", css)
+
+
+def test_one_search_control_where_the_sidebar_shows():
+    """The sidebar's search field and the header's search button open the same search (issue 26 item 8: 'a second
+    search box'): the stylesheet hides the header's where the sidebar is shown, and only there."""
+    css = (Path(__file__).resolve().parents[1] / "book/_static/flashtutor.css").read_text()
+    rule = re.search(r"@media \(min-width: (\d+)px\) \{\s*\.article-header-buttons \.search-button \{\s*"
+                     r"display: none !important;", css)
+    assert rule and int(rule.group(1)) == 960, "the header's search button is not hidden beside the sidebar"
