@@ -1,9 +1,14 @@
 """Roofline floors: the least time any kernel can take for a problem on a given GPU.
 
 A kernel must move at least ``Problem.min_bytes`` through HBM and do ``Problem.flops`` of
-arithmetic, so it takes at least ``max(bytes / bandwidth, flops / peak)``. Datasheet peaks are
-the default; :func:`measure_peaks` replaces them with what the card actually reaches (a large
-device-to-device copy and a large fp16 matmul), which is the honest ceiling to report against.
+arithmetic, so it takes at least ``max(bytes / bandwidth, flops / peak)``.
+
+One basis for the whole course (book/measuring.ipynb, "Percent of peak"): every "% of peak" and every
+roofline floor uses the GPU's *datasheet* figures — the dense fp16 tensor-core rate (989.4 TFLOP/s on an
+H100 SXM) and the HBM bandwidth — through :func:`basis_peaks`, so a percentage means the same thing on
+every run and every machine. :func:`measure_peaks` measures what a large fp16 GEMM and a large copy
+reach on this card; that is shown as its own named line (:func:`reached_line`), an attainable ceiling,
+never as a second peak.
 """
 from __future__ import annotations
 
@@ -50,8 +55,52 @@ def datasheet_peaks(device_name: str) -> Peaks | None:
     return None
 
 
+PEAK_BASIS = "the datasheet dense fp16 tensor-core peak"
+
+
+def basis_peaks(device_name: str | None = None) -> Peaks | None:
+    """The course's one basis for "% of peak" and for roofline floors: the datasheet figures of
+    ``device_name`` (default: this process's CUDA device), or None for a GPU the table does not know."""
+    if device_name is None:
+        import torch
+        device_name = torch.cuda.get_device_name()
+    return datasheet_peaks(device_name)
+
+
+def peak_tflops(device_name: str | None = None) -> float | None:
+    """The dense fp16 tensor-core peak every "% of peak" in the course divides by (TFLOP/s, datasheet)."""
+    pk = basis_peaks(device_name)
+    return pk.tensor_tflops if pk else None
+
+
+def pct_of_peak(tflops: float, device_name: str | None = None) -> float:
+    """``tflops`` as a percentage of :func:`peak_tflops` (nan for a GPU without a datasheet entry)."""
+    pk = peak_tflops(device_name)
+    return 100.0 * tflops / pk if pk else float("nan")
+
+
+def peak_label(device_name: str | None = None) -> str:
+    """How a table or line names the basis, e.g. '% of peak (989 TFLOP/s, H100 SXM datasheet)'."""
+    pk = basis_peaks(device_name)
+    return f"% of peak ({pk.tensor_tflops:.0f} TFLOP/s, {pk.name} datasheet)" if pk else "% of peak"
+
+
+def reached_line(measured: "Peaks", device_name: str | None = None) -> str:
+    """What a large fp16 GEMM and a large copy reached on this GPU (``measure_peaks``), each against
+    the datasheet basis: an attainable ceiling, named as such, not a peak."""
+    pk = basis_peaks(device_name or measured.name)
+    gemm = f"a large fp16 GEMM reached {measured.tensor_tflops:.0f} TFLOP/s"
+    copy = f"a large device-to-device copy {measured.hbm_tbs:.2f} TB/s"
+    if pk:
+        gemm += f" = {100 * measured.tensor_tflops / pk.tensor_tflops:.0f}% of peak"
+        copy += f" = {100 * measured.hbm_tbs / pk.hbm_tbs:.0f}% of the datasheet's {pk.hbm_tbs:g} TB/s"
+    return f"{gemm}, {copy}, on this {pk.name if pk else measured.name}"
+
+
 def measure_peaks(device=None, *, copy_bytes: int = 1 << 30, n: int = 8192) -> Peaks:
-    """Measure this GPU's copy bandwidth and fp16 matmul rate with CUDA events (median of 10).
+    """Measure this GPU's copy bandwidth and fp16 matmul rate with CUDA events (median of 10): what a
+    large GEMM and a large copy reach (:func:`reached_line` prints them), not the basis of "% of peak"
+    or of the floors, which is :func:`basis_peaks`.
 
     Bandwidth counts bytes read plus bytes written of a device-to-device copy; the matmul is
     n×n×n fp16 on random data (zeros run faster than real data on some cards).

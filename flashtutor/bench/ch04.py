@@ -206,16 +206,22 @@ def heatmaps(sweeps: dict, env: str = "", kernel: str = "teaching kernel"):
     return fig
 
 
+# The chapter's target for the tuned kernel, as a time: planned as 0.9 of SDPA's speed, i.e. at most
+# 1 / 0.9 = 1.11× SDPA's time (the course's one direction: your time / SDPA's, below 1 is faster).
+TARGET_TIME_VS_SDPA = 1 / 0.9
+
+
 def plot_vs_sdpa(table: list[dict], env: str = ""):
-    """The table against SDPA (:func:`table_vs_sdpa`) as bars: each kernel's speed relative to SDPA per
-    shape, with the lines at 1 (SDPA's speed) and 0.9 (the target). Returns the figure."""
+    """The table against SDPA (:func:`table_vs_sdpa`) as bars: each kernel's time over SDPA's per shape
+    (below 1: faster than SDPA), with the lines at 1 (SDPA's time) and at the target
+    (:data:`TARGET_TIME_VS_SDPA`). Returns the figure."""
     from .. import plots
 
     names = [r["problem"].replace("B1 H16 ", "").replace("B4 H32 ", "").replace("B2 H32 ", "") for r in table]
     keys = ("teaching", "tuned, one config", "tuned")
-    return plots.grouped_bars(names, {k: [r["speed_vs_sdpa"][k] for r in table] for k in keys},
-                              ylabel="speed relative to SDPA", log=False, env=env,
-                              hlines=((1.0, {}), (0.9, {"ls": "--"})))
+    return plots.grouped_bars(names, {k: [r["time_vs_sdpa"][k] for r in table] for k in keys},
+                              ylabel="time / SDPA's time (below 1: faster)", log=False, env=env,
+                              hlines=((1.0, {}), (TARGET_TIME_VS_SDPA, {"ls": "--"})))
 
 
 # ---- tl.dot and the loop it replaces -----------------------------------------------------------
@@ -317,7 +323,8 @@ GRAPH_UP_TO = 1024     # sequences this short are also timed replayed from CUDA 
 
 def table_vs_sdpa(problems, *, best_fixed=None, reps=30, peaks=None) -> list[dict]:
     """Teaching kernel, tuned Hopper kernel (autotuned; and ``best_fixed[p.name]`` config if given)
-    and SDPA, timed alternately; per kernel: µs, spread, TFLOP/s, % of floor, speed relative to SDPA.
+    and SDPA, timed alternately; per kernel: µs, spread, TFLOP/s, % of floor (``peaks``: the course's basis,
+    ``roofline.basis_peaks``), ``time_vs_sdpa`` (the kernel's time / SDPA's: below 1, faster than SDPA).
 
     At S ≤ ``GRAPH_UP_TO`` a call lasts microseconds and the tuned launcher's host work (the autotuner's
     dispatch, three TMA descriptors built in Python) can outlast the L2 flush that hides it elsewhere: there
@@ -362,7 +369,7 @@ def table_vs_sdpa(problems, *, best_fixed=None, reps=30, peaks=None) -> list[dic
                      "us": {n: s.median_us for n, s in st.items()}, "spread": {n: s.spread for n, s in st.items()},
                      "tflops": {n: p.flops / (s.median_us * 1e-6) / 1e12 for n, s in st.items()},
                      "pct_floor": {n: 100 * floor / s.median_us for n, s in st.items()},
-                     "speed_vs_sdpa": {n: st["sdpa"].median_us / s.median_us for n, s in st.items()}})
+                     "time_vs_sdpa": {n: s.median_us / st["sdpa"].median_us for n, s in st.items()}})
     return rows
 
 
@@ -446,9 +453,14 @@ def run(r) -> int:
     def table():                # 4. the table against SDPA
         peaks = None
         if not r.dry:
-            from ..roofline import measure_peaks
-            peaks = measure_peaks()
-            results["peaks"] = asdict(peaks)
+            import torch
+
+            from ..roofline import basis_peaks, measure_peaks, reached_line
+            reached = measure_peaks()          # what a GEMM and a copy reach here: recorded, not the basis
+            results["reached"] = asdict(reached)
+            r.log(reached_line(reached))
+            peaks = basis_peaks(torch.cuda.get_device_name())
+            results["peaks"] = asdict(peaks) if peaks else None
         best_fixed = {}
         for s in results["sweeps"]:
             if s["kernel"] == "hopper" and best(s["rows"]):
@@ -461,11 +473,12 @@ def run(r) -> int:
                 break
             results["table"] += table_vs_sdpa([p], best_fixed=best_fixed, reps=5 if r.dry else 30, peaks=peaks)
             r.save()
-        r.log("table: speed = SDPA's time / the kernel's time (the target for 'tuned' is ≥ 0.9)")
+        r.log(f"table: the kernel's time / SDPA's time (below 1: faster than SDPA; the target for 'tuned' is "
+              f"≤ {TARGET_TIME_VS_SDPA:.2f}× SDPA's time)")
         print(f"{'problem':30s} {'SDPA µs':>9s} {'teach':>7s} {'tuned':>7s} {'1cfg':>7s}  "
               "TFLOP/s sdpa/teach/tuned  autotuned")
         for x in results["table"]:
-            s, tf = x["speed_vs_sdpa"], x["tflops"]
+            s, tf = x["time_vs_sdpa"], x["tflops"]
             print(f"{x['problem']:30s} {x['us']['sdpa']:9.1f} {s['teaching']:7.3f} {s['tuned']:7.3f} "
                   f"{s.get('tuned, one config', math.nan):7.3f}  {tf['sdpa']:.0f}/{tf['teaching']:.0f}/{tf['tuned']:.0f}"
                   f"  {x['autotuned']}", flush=True)

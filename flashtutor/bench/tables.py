@@ -57,14 +57,16 @@ def _resolve(step) -> tuple[Callable, object]:
 def steps_table(steps: dict, probs, *, reps: int = 30, max_seconds: float = 10.0, graph: bool = False,
                 seed: int = 0, peaks=None, progress: bool = True, skip: Callable | None = None) -> list[dict]:
     """One row per (problem, step) plus one per problem for SDPA. ``skip(name, problem)`` returns a
-    reason to leave a step out of a shape (e.g. a naive kernel on a shape where it needs seconds)."""
+    reason to leave a step out of a shape (e.g. a naive kernel on a shape where it needs seconds).
+    ``pct_floor`` is against the roofline floor of ``peaks``, by default the GPU's datasheet figures
+    (``roofline.basis_peaks``), the course's one basis."""
     import torch
 
     from ..check import check_output
-    from ..roofline import measure_peaks
+    from ..roofline import basis_peaks
     from ..timing import compare, graph_times, pinned_sdpa
 
-    peaks = peaks or measure_peaks()
+    peaks = peaks or basis_peaks()           # floors on the course's one basis: the datasheet
     resolved = {name: _resolve(s) for name, s in steps.items()}
     rows: list[dict] = []
     bar = _bar(len(probs), "benchmark") if progress else None
@@ -152,10 +154,14 @@ def check_steps(fns: dict, probs, make_inputs: Callable, *, log=print, free_memo
     return res
 
 
+HEADERS = {"vs SDPA": "time / SDPA", "graph vs SDPA": "graph time / SDPA"}   # column key → header
+
+
 def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% floor", "bytes", "TB/s")) -> str:
     """A markdown table: one line per (shape, step). ``vs SDPA`` is the step's time / SDPA's time (event-timed
-    medians); ``graph vs SDPA`` the same ratio of the graph-replayed times (``steps_table(graph=True)``)."""
-    head = ["shape", "step"] + list(columns)
+    medians), headed ``time / SDPA``; ``graph vs SDPA`` the same ratio of the graph-replayed times
+    (``steps_table(graph=True)``), headed ``graph time / SDPA``. Below 1: faster than SDPA."""
+    head = ["shape", "step"] + [HEADERS.get(c, c) for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if "median_us" not in r:
