@@ -186,7 +186,7 @@ CHAPTERS: dict[str, Chapter] = {
             "1.4 × 1.21, the solution's worst ratio of GPU time per call to SDPA's (B4 H32 S4096 D64; 1.05× at the "
             "seed shape, 1.09–1.11× at D128) on an NVIDIA H100 80GB HBM3, and 1.21× (the same shape) on an NVIDIA "
             "H200; both in the GPU tier's run (`pytest -m gpu`), torch 2.11, cuDNN 9.19, 2026-11-26. The solution "
-            "is step 7b; the chapter's goal, at least SDPA's speed at D128, is its last step's (7c), so the rule "
+            "is step 7b; the chapter's goal, at most SDPA's time at D128, is its last step's (7c), so the rule "
             "bounds the exercise's solution, not that goal"),
             calibrated_from=("results/grade07-solution-h100-2026-11-26.json",
                              "results/grade07-solution-h200-2026-11-26.json")),

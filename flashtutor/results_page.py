@@ -70,6 +70,13 @@ class Results:
         return (names[-1], self.load(names[-1])) if names else (None, None)
 
 
+def _floor_basis(res: Results, name: str) -> str:
+    """What the roofline floor of grade report ``name`` was computed from, as its method lines say: the GPU's
+    datasheet peaks (reports since 2026-11-27) or the rates the grader measured on the GPU (older ones)."""
+    method = " ".join((res.load(name) or {}).get("method", []))
+    return "the GPU's datasheet peaks" if "datasheet" in method else "the GPU's measured bandwidth and matmul rate"
+
+
 def timing(report: dict, problem: str) -> dict | None:
     """The report's timed shape ``problem`` (non-causal), with its per-candidate times, or None."""
     for t in (report or {}).get("timings", []):
@@ -897,7 +904,7 @@ def claim_floor_626(res: Results) -> Finding:
         return Finding(UNMEASURED, "no grade report times the 9 grid shapes")
     slow = max(sdpa)
     fl = max(floors) if floors else None
-    fl_txt = (f"; the largest roofline floor among them (from each GPU's measured bandwidth and matmul rate) is "
+    fl_txt = (f"; the largest roofline floor among them (from {_floor_basis(res, fl[2])}) is "
               f"{us(fl[0])} ({fl[1]})" if fl else "")
     return Finding(FAILS if slow[0] < 626.0 else HOLDS,
                    f"SDPA's slowest GPU time per call over the 9 grid shapes, H100 and H200: {us(slow[0])} ({slow[1]}): "
@@ -1004,8 +1011,9 @@ def claim_five_x(res: Results) -> Finding:
         ok &= sd / fl >= 5 / TOL
     if not parts:
         return Finding(UNMEASURED, "no report gives the seed shape's floor")
-    return Finding(HOLDS if ok else FAILS, f"at {SEED_SHAPE}, from the floor each report computes with the GPU's "
-                   "measured bandwidth and matmul rate: " + "; ".join(parts), tuple(files))
+    basis = sorted({_floor_basis(res, f) for f in files})
+    return Finding(HOLDS if ok else FAILS, f"at {SEED_SHAPE}, from the floor each report computes with "
+                   f"{' / '.join(basis)}: " + "; ".join(parts), tuple(files))
 
 
 def claim_branches(res: Results) -> Finding:

@@ -221,7 +221,7 @@ def test_chapter_5_run_writes_what_its_readers_read(tmp_path, monkeypatch):
             "crossover", "crossings"} <= set(doc)
     assert (tmp_path / "crossover05-h100-2026-11-25.png").is_file()
     finding = results_page.claim_fa3(results_page.Results(tmp_path))      # the results page reads this file
-    assert "0.40× its speed" in finding.measured and finding.sources == ("bench05-h100-2026-11-25.json",)
+    assert "2.50× its time" in finding.measured and finding.sources == ("bench05-h100-2026-11-25.json",)
 
 
 def test_ch05_seed_claims_read_graph_replayed_times_never_mixed_with_event_timed():

@@ -174,7 +174,7 @@ class Report:
             rule = describe_speed_rule(ch.speed)
             m.append(f"speed rule: {rule}" if rule else "speed rule: none in this chapter — speed is reported, not graded")
             m.append("timed calls: outputs of secretly chosen calls re-checked, their inputs verified unchanged; "
-                     "faster than the roofline floor fails")
+                     "faster than 0.9× the roofline floor (from the GPU's datasheet peaks) fails")
         if ch.anticheat and not syntax:
             m.append("source: your files (and the local modules they import) read for library attention/matmul/"
                      "softmax calls, imports of the grader or the course's kernels")
