@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 # Seconds measured on 2 cores (2026-11-27, /work/notes/cpu-tier.md), from fresh caches / warm. test_ch05.py
 # goes first: its nvcc builds (~70 s, once per machine) are done before chapter 5's notebook asks for them.
 LONG_FILES = (
-    "test_ch05.py",             # 75 / 4: the CUTLASS GEMMs compiled for sm_90a, one nvcc after another
+    "test_ch05.py",             # 30 / 4: the seed's CUTLASS GEMM compiled for sm_90a, with and without asserts
     "test_book.py",             # 130 / 115: the book build and every notebook under nbval
     "test_ch06.py",             # 110 / 57: NVRTC builds of the table's configurations, the Triton interpreter
     "test_adversarial.py",      # 60 / 55
