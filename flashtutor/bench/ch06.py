@@ -273,6 +273,12 @@ def per_seq_table(rows, key="graph") -> str:
     return "\n".join(lines)
 
 
+# The B32 S128 target, on the datasheet basis of every floor (roofline.basis_peaks): the bar was set as 1.15× the HBM
+# floor when floors came from the copy bandwidth measured on the H100 (3.01 TB/s, 2026-11-26); the same time is
+# 1.15 × 3.35 / 3.01 = 1.28× the datasheet floor (3.35 TB/s): the bar has not moved.
+FLOOR_TARGET = 1.28
+
+
 def claims(rows, launch_rows=None) -> list[str]:
     """The seeds' claims and the chapter's targets, judged from the rows (a line each)."""
     out = []
@@ -313,7 +319,8 @@ def claims(rows, launch_rows=None) -> list[str]:
                        f"L2 floor {_num(best_w.get('l2_floor_us'), 0, 2)} µs")
     if sol and floor and sd:
         out.append(f"target at {target}: solution {sol:.2f} µs = {sol / floor:.2f}× the HBM floor "
-                   f"({'met' if sol <= 1.15 * floor else 'not met'}: the target is ≤ 1.15×), SDPA {sd:.2f} µs "
+                   f"({'met' if sol <= FLOOR_TARGET * floor else 'not met'}: the target is "
+                   f"≤ {FLOOR_TARGET:.2f}× the datasheet floor), SDPA {sd:.2f} µs "
                    f"({sol / sd:.2f}× SDPA's time: {'faster' if sol < sd else 'not faster'})")
     seed = "B1 H16 S1024 D64"
     sd, sol = t(seed, "SDPA"), t(seed, "solution")
