@@ -98,6 +98,7 @@ def span(lines: list[str], first: str, last: str | None = None) -> tuple[int, in
     i = next((n for n, line in enumerate(lines) if first in line), None)
     if i is None:
         raise ValueError(f"no line contains {first!r}")
+    i = _with_template(lines, i)
     if last is not None:
         j = next((n for n in range(i, len(lines)) if last in lines[n]), None)
         if j is None:
@@ -112,6 +113,19 @@ def span(lines: list[str], first: str, last: str | None = None) -> tuple[int, in
         if opened and depth <= 0:
             return i, j
     return i, len(lines) - 1
+
+
+def _with_template(lines: list[str], i: int, reach: int = 6) -> int:
+    """``i``, or the line of the ``template <…>`` header that the declaration on line ``i`` belongs to (within
+    ``reach`` lines above it, its parameter list possibly over several lines): a C++ listing that starts at a
+    function's name without its template line shows a declaration the compiler would not accept."""
+    for k in range(i - 1, max(-1, i - 1 - reach), -1):
+        text = lines[k].split("//")[0].strip()
+        if text.startswith("template"):
+            return k
+        if not text or any(c in text for c in ";{}") or text.startswith("#"):
+            return i
+    return i
 
 
 def listing(path, first: str | None = None, last: str | None = None, *, context: int = 0, root=None,

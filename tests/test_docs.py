@@ -93,3 +93,23 @@ def test_a_listing_is_a_highlighted_numbered_code_block_of_the_right_lines(tmp_p
     assert py.startswith("````{code-block} python") and py.endswith("\n````")       # a fence longer than any inside
     with pytest.raises(ValueError, match="no line contains"):
         docs.listing(src, "nowhere")
+
+
+def test_a_listing_of_a_template_starts_at_its_template_line(tmp_path):
+    """Issue 26 item 6: listings cut before their `template` line showed declarations the compiler rejects."""
+    from flashtutor import docs
+    src = tmp_path / "k.cu"
+    src.write_text("#include <x>\n"
+                   "static int n = 0;\n"
+                   "template <int BLOCK_M, int BLOCK_N,\n"
+                   "          bool CAUSAL>\n"
+                   "__global__ void kernel(const half* q) {\n"
+                   "    body();\n"
+                   "}\n"
+                   "__device__ int plain(int x) {\n"
+                   "    return x;\n"
+                   "}\n")
+    lines = src.read_text().splitlines()
+    assert docs.span(lines, "__global__ void kernel") == (2, 6)            # from `template` to the closing brace
+    assert docs.span(lines, "__device__ int plain") == (7, 9)              # no template: unchanged
+    assert "template <int BLOCK_M" in docs.listing(src, "__global__ void kernel")
