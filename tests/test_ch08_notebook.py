@@ -45,7 +45,8 @@ def _diagram_module():
 def test_toc_lists_chapter_8_after_chapter_7():
     files = [m.group(1) for m in re.finditer(r"^\s*-\s*file:\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M)]
     assert "chapters/08_backward/backward" in files
-    assert files.index("chapters/08_backward/backward") == files.index("chapters/07_hopper/hopper") + 1
+    last_of_7 = max(i for i, f in enumerate(files) if f.startswith("chapters/07_"))     # chapter 7 or its last section
+    assert files.index("chapters/08_backward/backward") == last_of_7 + 1
 
 
 def test_code_lines_fit_the_page():
