@@ -144,7 +144,7 @@ def cudnn(v) -> str:
 
 def chapter_doc(key: str) -> str:
     ch = CHAPTERS[key]
-    stem = next((ROOT / "chapters" / ch.slug).glob("*.ipynb"), None)
+    stem = min((ROOT / "chapters" / ch.slug).glob("*.ipynb"), default=None)   # hopper.ipynb before hopper_7a_…
     return f"/chapters/{ch.slug}/{stem.stem if stem else ch.slug}"
 
 
