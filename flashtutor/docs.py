@@ -137,6 +137,8 @@ def listing(path, first: str | None = None, last: str | None = None, *, context:
     lines = path.read_text(encoding="utf-8").splitlines()
     i, j = span(lines, first, last) if first is not None else (0, len(lines) - 1)
     i = max(0, i - context)
+    while i < j and not lines[i].strip():          # context that reaches a blank line: the listing starts after it
+        i += 1
     name = path.resolve().relative_to(Path(root).resolve()) if root else path.name
     return code("\n".join(lines[i:j + 1]), language or _LANGUAGE.get(path.suffix, "text"),
                 caption=(str(name) if first is None else f"{name}, line {i + 1}" if i == j
