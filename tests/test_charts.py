@@ -404,9 +404,9 @@ def test_notebook_cells_draw_through_the_chart_functions(nb):
 
 
 def _cell(nb_glob: str, marker: str) -> str:
-    nb = next(ROOT.glob(nb_glob))
-    found = [s for s in _code_cells(nb) if marker in s]
-    assert len(found) == 1, f"{nb.name}: {len(found)} cells contain {marker!r}"
+    """The one code cell containing `marker` among the chapter's notebooks (its page and its sections)."""
+    found = [s for nb in sorted(ROOT.glob(nb_glob)) for s in _code_cells(nb) if marker in s]
+    assert len(found) == 1, f"{nb_glob}: {len(found)} cells contain {marker!r}"
     return found[0]
 
 

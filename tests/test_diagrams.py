@@ -135,17 +135,22 @@ def test_the_size_check_rejects_small_text():
 
 # ---------------------------------------------------------------------- the chapters show them ----
 def _chapter_notebooks() -> dict[str, Path]:
-    """Chapter number -> notebook, for the chapter notebooks 01-06 that _toc.yml lists."""
+    """Chapter number -> the chapter's page (its first file in _toc.yml, before its sections), for chapters 01-06."""
     found = {}
     for line in (ROOT / "_toc.yml").read_text().splitlines():
         m = re.match(r"\s*-?\s*file:\s*(chapters/(\d\d)_[^\s#]+)", line)
         if m and m.group(2) in CHAPTERS and (ROOT / (m.group(1) + ".ipynb")).exists():
-            found[m.group(2)] = ROOT / (m.group(1) + ".ipynb")
+            found.setdefault(m.group(2), ROOT / (m.group(1) + ".ipynb"))
     return found
 
 
+def _pages(nb: Path) -> list[Path]:
+    """A chapter's page and its sections' pages: the notebooks of its folder."""
+    return sorted(nb.parent.glob("*.ipynb"))
+
+
 def _diagram_cells(nb: Path) -> list[str]:
-    cells = json.loads(nb.read_text())["cells"]
+    cells = [c for page in _pages(nb) for c in json.loads(page.read_text())["cells"]]
     return ["".join(c["source"]) for c in cells if "diagram" in c.get("metadata", {}).get("tags", [])]
 
 
@@ -173,8 +178,8 @@ def test_chapter_shows_its_diagrams(chapter):
 
 # ----------------------------------------------------- the numbers are the chapters' own numbers ----
 def _stored_text(nb: Path, contains: str) -> str:
-    """The stored stream output of the first code cell whose source contains `contains`."""
-    for cell in json.loads(nb.read_text())["cells"]:
+    """The stored stream output of the first code cell of the chapter's pages whose source contains `contains`."""
+    for cell in (c for page in _pages(nb) for c in json.loads(page.read_text())["cells"]):
         if cell["cell_type"] == "code" and contains in "".join(cell["source"]):
             return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
     raise AssertionError(f"{nb.name}: no code cell containing {contains!r}")
