@@ -1,10 +1,10 @@
 """Chapter 6 diagrams: a host/GPU timeline of direct launches against graph replays, and the tile loop
 that lets a program walk several tiles.
 
-The timeline is drawn to scale from the times chapter 6's notebook stores for B32 H16 S128 D64, read
-from its outputs each time the figure is drawn (so a re-executed notebook redraws it): the host's time
-to issue one call (the "host issue" column of the graph section: k06_multihead.attention launched
-directly, and the solution's graph replay), the GPU's time per call with a warm L2, as in a loop of
+The timeline is drawn to scale from the times chapter 6's notebooks (the chapter's page and its
+sections' pages) store for B32 H16 S128 D64, read from their outputs each time the figure is drawn (so a
+re-executed notebook redraws it): the host's time to issue one call (the "host issue" column of the graph
+section: k06_multihead.attention launched directly, and the solution's graph replay), the GPU's time per call with a warm L2, as in a loop of
 back-to-back calls (the per-call lines: multihead, solution), the loops' measured rate ("host done"),
 and the GPU and date of the run. The tile loop is the notebook's: `for tile in range(pid, n_tiles, P)`,
 and tile t is (b·h, key chunk, query block) = (t // n_m // n_split, t // n_m % n_split, t % n_m).
@@ -20,15 +20,17 @@ from matplotlib.figure import Figure
 
 import style as st
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "chapters" / "06_batching" / "batching.ipynb"
+CHAPTER = Path(__file__).resolve().parents[2] / "chapters" / "06_batching"   # batching.ipynb and its sections
 SHAPE = "B32 H16 S128 D64"
 WINDOW_US = 170.0
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 
 
-def stored_times(notebook: Path = NOTEBOOK) -> dict:
-    """The numbers the timeline needs, from the notebook's stored outputs (ValueError if one is missing)."""
-    cells = json.loads(notebook.read_text())["cells"]
+def stored_times(notebooks: list[Path] | None = None) -> dict:
+    """The numbers the timeline needs, from the stored outputs of the chapter's notebooks (the host times on
+    the remedies' page, the per-call table on the measurements' page; ValueError if one is missing)."""
+    notebooks = sorted(CHAPTER.glob("*.ipynb")) if notebooks is None else notebooks
+    cells = [c for nb in notebooks for c in json.loads(nb.read_text())["cells"]]
     text = "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", ""))
                       for c in cells for o in c.get("outputs", []))
     # the per-call table (bench06.rows_markdown): the shape without the tokens every row shares (H16 D64)
@@ -44,8 +46,9 @@ def stored_times(notebook: Path = NOTEBOOK) -> dict:
     for key, pat in patterns.items():
         m = re.search(pat, text, re.MULTILINE)
         if m is None:
-            raise ValueError(f"{notebook.name} stores no output matching {pat!r}: chapter 6's timeline "
-                             "cannot be drawn (run the notebook on a GPU, or update book/diagrams/ch06.py)")
+            raise ValueError(f"{', '.join(nb.name for nb in notebooks)} store no output matching {pat!r}: "
+                             "chapter 6's timeline cannot be drawn (run the notebooks on a GPU, or update "
+                             "book/diagrams/ch06.py)")
         found[key] = m.groups()
     return {"host_direct_us": float(found["host_direct"][0]), "done_direct_us": float(found["host_direct"][1]),
             "host_graph_us": float(found["host_graph"][0]), "done_graph_us": float(found["host_graph"][1]),
