@@ -1,5 +1,6 @@
-"""Chapter 8's notebook (chapters/08_backward/backward.ipynb): in the book after chapter 7, showing its diagrams,
-whose contents are the solution's, with stored tables that are still those of the results files they read.
+"""Chapter 8's notebooks (chapters/08_backward/backward.ipynb and its sections): in the book after chapter 7,
+showing its diagrams, whose contents are the solution's, with stored tables that are still those of the results
+files they read.
 
 tests/test_book.py runs the notebook under nbval and builds the book; tests/test_diagrams.py checks the SVGs
 against book/diagrams/ch08.py and their text sizes. This file checks what those do not, for chapter 8 only.
@@ -22,7 +23,9 @@ TRAIN = ROOT / "results" / "ch08-train-h100-2026-11-27.json"
 
 
 def _cells():
-    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    """The cells of the chapter's page and of its sections' pages (the notebooks of its folder)."""
+    pages = sorted(NOTEBOOK.parent.glob("*.ipynb"))                 # backward.ipynb before backward_…
+    return [c for page in pages for c in json.loads(page.read_text(encoding="utf-8"))["cells"]]
 
 
 def _outputs(cell) -> str:
