@@ -373,6 +373,6 @@ def test_one_search_control_where_the_sidebar_shows():
     """The sidebar's search field and the header's search button open the same search (issue 26 item 8: 'a second
     search box'): the stylesheet hides the header's where the sidebar is shown, and only there."""
     css = (Path(__file__).resolve().parents[1] / "book/_static/flashtutor.css").read_text()
-    rule = re.search(r"@media \(min-width: (\d+)px\) \{\s*\.article-header-buttons \.search-button \{\s*"
-                     r"display: none !important;", css)
+    rule = re.search(r"@media \(min-width: (\d+)px\) \{\s*\.article-header-buttons \.search-button,\s*"
+                     r"\.bd-header \.search-button-field \{\s*display: none !important;", css)
     assert rule and int(rule.group(1)) == 960, "the header's search button is not hidden beside the sidebar"
