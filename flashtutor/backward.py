@@ -187,36 +187,36 @@ def reference_rows(q, k, v, do, rows, *, causal: bool = False, chunk: int = 1024
 def check_rows(got: dict, rows, ref_rows: dict, baseline: dict) -> list[GradCheck]:
     """The rule of :func:`check_tensor` on the sampled ``rows`` only: ``got`` and ``baseline`` hold the full
     [B, H, S, D] tensors (o, dq, dk, dv; ``got`` may hold lse [B, H, S]), ``ref_rows`` is :func:`reference_rows`'
-    answer for ``rows``. Each tensor's rows are laid out as a [1, 1, m, D] tensor, so the messages name the
-    position in ``rows``; ``GradCheck.row`` is mapped back to (b, h, s)."""
+    answer for ``rows``. The sampled rows of each tensor are checked as one [1, 1, m, ...] tensor; the worst row is
+    then named by its (b, h, s), in ``GradCheck.row`` and in the message."""
     idx = [tuple(int(x) for x in r) for r in rows]
     b, h, i = (torch.tensor(c) for c in zip(*idx))
+
+    def pick(t):                                    # the sampled rows of a [B, H, S, ...] tensor, as [1, 1, m, ...]
+        return t[b.to(t.device), h.to(t.device), i.to(t.device)][None, None]
+
+    def named(c: GradCheck) -> GradCheck:           # position m in ``rows`` → its (b, h, s)
+        if c.row:
+            pos = c.row[2]
+            c.row = idx[pos]
+            c.message = c.message.replace(f"[b=0, h=0, s={pos}]", f"[b={c.row[0]}, h={c.row[1]}, s={c.row[2]}]")
+        return c
+
     res = []
     for nm in NAMES:
         if nm not in got:
             continue
         if got[nm] is None or tuple(got[nm].shape[:3]) != tuple(baseline[nm].shape[:3]):
-            res.append(check_tensor(nm, got[nm], baseline[nm].to(torch.float64), baseline[nm]))
+            res.append(check_tensor(nm, got[nm], baseline[nm].to(torch.float64), baseline[nm]))   # says the shape
             continue
-        pick = lambda t: t[b.to(t.device), h.to(t.device), i.to(t.device)][None, None]   # noqa: E731 [1, 1, m, D]
         floor = ref_rows.get(f"{nm}_floor")
-        c = check_tensor(nm, pick(got[nm]), ref_rows[nm][None, None], pick(baseline[nm]),
-                         None if floor is None else floor[None, None])
-        if c.row:
-            pos = c.row[2]
-            c.row = idx[pos]
-            c.message = c.message.replace(f"[b=0, h=0, s={pos}]", f"[b={c.row[0]}, h={c.row[1]}, s={c.row[2]}]")
-        res.append(c)
-    if "lse" in got and got["lse"] is not None:
-        lse = got["lse"]
-        ok_shape = lse.dim() == 3 and tuple(lse.shape) == tuple(baseline["o"].shape[:3])
-        c = check_lse(lse[b.to(lse.device), h.to(lse.device), i.to(lse.device)][None, None] if ok_shape else lse,
-                      ref_rows["lse"][None, None])
-        if ok_shape and c.row:
-            pos = c.row[2]
-            c.row = idx[pos]
-            c.message = c.message.replace(f"[b=0, h=0, s={pos}]", f"[b={c.row[0]}, h={c.row[1]}, s={c.row[2]}]")
-        res.append(c)
+        res.append(named(check_tensor(nm, pick(got[nm]), ref_rows[nm][None, None], pick(baseline[nm]),
+                                      None if floor is None else floor[None, None])))
+    lse = got.get("lse")
+    if lse is not None:
+        whole = lse.dim() == 3 and tuple(lse.shape) == tuple(baseline["o"].shape[:3])
+        c = check_lse(pick(lse) if whole else lse, ref_rows["lse"][None, None])
+        res.append(named(c) if whole else c)
     return res
 
 

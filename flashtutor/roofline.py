@@ -55,9 +55,6 @@ def datasheet_peaks(device_name: str) -> Peaks | None:
     return None
 
 
-PEAK_BASIS = "the datasheet dense fp16 tensor-core peak"
-
-
 def basis_peaks(device_name: str | None = None) -> Peaks | None:
     """The course's one basis for "% of peak" and for roofline floors: the datasheet figures of
     ``device_name`` (default: this process's CUDA device), or None for a GPU the table does not know."""
@@ -71,18 +68,6 @@ def peak_tflops(device_name: str | None = None) -> float | None:
     """The dense fp16 tensor-core peak every "% of peak" in the course divides by (TFLOP/s, datasheet)."""
     pk = basis_peaks(device_name)
     return pk.tensor_tflops if pk else None
-
-
-def pct_of_peak(tflops: float, device_name: str | None = None) -> float:
-    """``tflops`` as a percentage of :func:`peak_tflops` (nan for a GPU without a datasheet entry)."""
-    pk = peak_tflops(device_name)
-    return 100.0 * tflops / pk if pk else float("nan")
-
-
-def peak_label(device_name: str | None = None) -> str:
-    """How a table or line names the basis, e.g. '% of peak (989 TFLOP/s, H100 SXM datasheet)'."""
-    pk = basis_peaks(device_name)
-    return f"% of peak ({pk.tensor_tflops:.0f} TFLOP/s, {pk.name} datasheet)" if pk else "% of peak"
 
 
 def reached_line(measured: "Peaks", device_name: str | None = None) -> str:
