@@ -143,3 +143,28 @@ def listing(path, first: str | None = None, last: str | None = None, *, context:
     return code("\n".join(lines[i:j + 1]), language or _LANGUAGE.get(path.suffix, "text"),
                 caption=(str(name) if first is None else f"{name}, line {i + 1}" if i == j
                          else f"{name}, lines {i + 1}–{j + 1}"), first_line=i + 1)
+
+
+def source_diff(a: Path, b: Path, context: int = 1) -> str:
+    """The unified diff of two steps' source files, code only (from the first ``#include``, without the exercise
+    markers), as a diff code block: what one step changed over the one before it."""
+    import difflib
+
+    def code_only(path: Path) -> list[str]:
+        text = path.read_text()
+        text = text[text.index("#include"):]
+        return [line for line in text.splitlines() if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line]
+
+    diff = difflib.unified_diff(code_only(a), code_only(b), a.name, b.name, n=context, lineterm="")
+    return code("\n".join(diff), "diff", caption=f"{a.name} → {b.name}, the code only (the header comments "
+                                                  "differ too: read them in the files)")
+
+
+def exercise_excerpt(solution: Path, first: str, last: str, caption: str) -> str:
+    """The exercise's text (the solution with its bodies replaced by TODOs, as the exercise is generated) from the
+    line containing ``first`` to the one containing ``last``, with a decorator just above it, as a code block."""
+    from .exercises import stub
+    lines = stub(Path(solution).read_text(encoding="utf-8")).splitlines()
+    i, j = span(lines, first, last)
+    i -= lines[i - 1].startswith("@")
+    return code("\n".join(lines[i:j + 1]), caption=caption, first_line=i + 1)

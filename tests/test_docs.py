@@ -113,3 +113,18 @@ def test_a_listing_of_a_template_starts_at_its_template_line(tmp_path):
     assert docs.span(lines, "__global__ void kernel") == (2, 6)            # from `template` to the closing brace
     assert docs.span(lines, "__device__ int plain") == (7, 9)              # no template: unchanged
     assert "template <int BLOCK_M" in docs.listing(src, "__global__ void kernel")
+
+
+def test_a_step_diff_shows_code_only_and_an_exercise_excerpt_shows_the_todo(tmp_path):
+    """The helpers the chapters' section pages share (once copied into two notebooks each)."""
+    from flashtutor import docs
+    from flashtutor.chapters import ROOT
+    a, b = tmp_path / "a.cu", tmp_path / "b.cu"
+    a.write_text("// header a\n#include <x>\n// BEGIN SOLUTION\nint f() { return 1; }\n// END SOLUTION\n")
+    b.write_text("// header b\n#include <x>\nint f() { return 2; }\n")
+    diff = docs.source_diff(a, b, context=0)
+    assert "-int f() { return 1; }" in diff and "+int f() { return 2; }" in diff
+    assert "// header" not in diff and "SOLUTION" not in diff
+    text = docs.exercise_excerpt(ROOT / "solutions/08_backward/attention.py", "def bwd_preprocess_kernel(",
+                                 "    pass", "the exercise's kernel")
+    assert "@triton.jit" in text and "TODO" in text and "BEGIN SOLUTION" not in text
