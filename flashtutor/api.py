@@ -24,16 +24,23 @@ def set_poisoning(on: bool) -> None:
     os.environ[_POISON_ENV] = "1" if on else "0"
 
 
-# The grading worker's output buffer of the call in progress, by the address of its q (empty outside grading,
-# and between calls: the worker sets it just before each call). Handed out once: a second output_like(q) in
-# the same call gets a buffer of its own.
-_grader_outputs: dict[int, torch.Tensor] = {}
+# The grading worker's output buffer(s) of the call in progress, by the address of its q (empty outside grading,
+# and between calls: the worker sets it just before each call). Each is handed out once: for a backward call the
+# worker sets a list, [dq, dk, dv], handed out in that order; an output_like(q) beyond them gets a buffer of its own.
+_grader_outputs: dict[int, "torch.Tensor | list[torch.Tensor]"] = {}
 
 
 def output_like(q: torch.Tensor) -> torch.Tensor:
     """An output buffer shaped like q: under the grader, the first one of a call is the grader's own
-    buffer (NaN-filled while it checks correctness); otherwise ``torch.empty_like(q)``."""
+    buffer (NaN-filled while it checks correctness); otherwise ``torch.empty_like(q)``. In a backward pass
+    (chapter 8) the first three of a call are the grader's dq, dk and dv buffers, in that order: ask for them in
+    that order (a tensor returned in another position is copied, which the timing then counts)."""
     out = _grader_outputs.pop(q.data_ptr(), None) if _grader_outputs else None
+    if isinstance(out, list):
+        first = out.pop(0) if out else None
+        if out:
+            _grader_outputs[q.data_ptr()] = out
+        out = first
     if out is not None and out.shape == q.shape and out.dtype == q.dtype and out.device == q.device:
         return out                      # the grader's buffer, already filled with the never-written pattern
     out = torch.empty_like(q, memory_format=torch.contiguous_format)

@@ -58,6 +58,7 @@ class Chapter:
     allowed_kernels: str | None = None        # regex of library kernel names allowed at run time
     sass: SassRule | None = None
     setup_timeout: float | None = None        # seconds for compiling and importing (None: the grader's default)
+    mode: str = "forward"          # "backward": the exercise is forward() -> (o, lse) and backward() -> (dq, dk, dv)
 
     @property
     def exercise_dir(self) -> Path:
@@ -193,6 +194,13 @@ CHAPTERS: dict[str, Chapter] = {
         sass=SassRule(require=("HGMMA", "UTMALDG"), no_spills=True),   # wgmma and TMA loads, as cuobjdump -sass prints them
         reference="flashtutor.kernels.k07b_warp_specialized",
     ),
+    "08": Chapter(
+        key="08", slug="08_backward", title="The backward pass: gradients from the log-sum-exp", kind="triton",
+        files=("attention.py",), mode="backward", reference="flashtutor.kernels.k08b_backward_tuned",
+        check_sets=("seed", "odd", "odd_long"), time_sets=("seed", "large"), seeds=1,
+        excluded=("the 'small' set (S ≤ 512, B 8–32): the 'odd' set has shorter and longer rows with B and H > 1, and "
+                  "every case here is two calls (backward, then forward) against a float64 reference"),
+    ),
 }
 
 
@@ -304,8 +312,6 @@ STEPS: dict[str, tuple[Step, ...]] = {
     "07": (Step("7a", "7a", _K + "k07a_wgmma_tma", "flashtutor/kernels/k07a_wgmma_tma.cu"),
            Step("7b", "7b", _K + "k07b_warp_specialized", "solutions/07_hopper/attention.cu", solution=True),
            Step("7c", "7c", _K + "k07c_pingpong", "flashtutor/kernels/k07c_pingpong.cu")),
-    # Chapter 8 (the backward pass) is being built: its steps exist and are tested (tests/test_ch08.py); the
-    # chapter itself is not in CHAPTERS until the grader grades a backward pass.
     "08": (Step("8a", "teaching", _K + "k08a_backward", "solutions/08_backward/attention.py", solution=True),
            Step("8b", "tuned", _K + "k08b_backward_tuned")),
 }

@@ -120,7 +120,7 @@ def test_doctor_gives_a_hint_for_every_no():
     sanitizer = next(d for w, ok, d in rows if w == "compute-sanitizer")
     assert Path(sanitizer).exists() or "--sanitize" in sanitizer
     caps = dict(chapters_enabled(rows))
-    assert len(caps) == 7 and all(c.speed or "GPU" in c.note or "sm_90" in c.note for c in caps.values())
+    assert len(caps) == 8 and all(c.speed or "GPU" in c.note or "sm_90" in c.note for c in caps.values())
 
 
 def test_a_failure_of_the_grader_itself_is_one_line_and_exit_4(files, monkeypatch, capsys):
@@ -137,7 +137,7 @@ def test_a_failure_of_the_grader_itself_is_one_line_and_exit_4(files, monkeypatc
     assert "--debug" in err
 
 
-@pytest.mark.parametrize("key", ["01", "02", "03", "04", "05", "06", "07"])
+@pytest.mark.parametrize("key", ["01", "02", "03", "04", "05", "06", "07", "08"])
 def test_doctor_and_the_grader_agree_on_a_cpu(key):
     """How the grader would run each chapter's solution here without a GPU is what doctor says it can do."""
     from flashtutor.chapters import get_chapter
@@ -163,11 +163,11 @@ def test_the_package_reaches_its_submodules_as_attributes_without_importing_them
 
 
 def test_doctor_agrees_with_the_readme_and_prints_whole_paths():
-    """The emulation row names the chapters the README names (1–3 and 5 emulated, 4 and 6 interpreted), and no
+    """The emulation row names the chapters the README names (1–3 and 5 emulated, 4, 6 and 8 interpreted), and no
     path is cut at rich's default 80 columns when the output goes to a pipe."""
     from flashtutor.env import cpu_chapters, doctor
     on_cpu = cpu_chapters()
-    assert on_cpu["emulated"] == "1–3 and 5" and on_cpu["interpreted"] == "4 and 6", on_cpu
+    assert on_cpu["emulated"] == "1–3 and 5" and on_cpu["interpreted"] == "4, 6 and 8", on_cpu
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (f"chapters {on_cpu['emulated']} run through a CPU emulation" in readme
             and f"chapters {on_cpu['interpreted']} through Triton's interpreter" in readme)
@@ -180,4 +180,4 @@ def test_doctor_agrees_with_the_readme_and_prints_whole_paths():
     assert paths and all(x in p.stdout for x in paths), [x for x in paths if x not in p.stdout]
     if "CPU emulation (g++)" in p.stdout and "yes" in p.stdout.split("CPU emulation (g++)")[1][:20]:
         row = " ".join(p.stdout.split("CPU emulation (g++)")[1].split("└")[0].replace("│", " ").split())
-        assert "chapters 1–3 and 5" in row and "chapters 4 and 6" in row, row
+        assert "chapters 1–3 and 5" in row and "chapters 4, 6 and 8" in row, row

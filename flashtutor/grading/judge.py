@@ -261,7 +261,7 @@ class Judge:
         import torch
         largest = max([p for p, _ in checks] + timed, key=lambda p: p.B * p.H * p.S * p.D)
         from .protocol import slot_elems
-        need = slot_elems(largest.shape)
+        need = slot_elems(largest.shape, self.ch.mode)
         if self.device == "cuda":
             free = torch.cuda.mem_get_info()[0]
             budget = min(ARENA_MAX_BYTES, free // 6)
@@ -529,7 +529,7 @@ def worker_setup(ch: Chapter, sub: Submission, device: str, *, emulate: bool = F
     """What a worker is told before anything else (no torch needed to say it). ``emulate``: run the CUDA
     kernels emulated on the CPU (:func:`flashtutor.emulate.activate` before the submission is imported)."""
     return {"path": str(sub.entry), "files": [str(f) for f in sub.files], "device": device, "kind": ch.kind,
-            "trace": ch.anticheat, "emulate": bool(emulate)}
+            "trace": ch.anticheat, "emulate": bool(emulate), "mode": ch.mode}
 
 
 def _tmpdir() -> str:
@@ -582,7 +582,7 @@ def run_judge(kwargs: dict) -> Report:
     if worker is not None and device != guess:      # NVML saw a GPU this torch cannot use: start again
         worker.stop()
         worker = None
-    j = Judge(ch, device=device, worker=worker, **kwargs)
+    j = (BackwardJudge if ch.mode == "backward" else Judge)(ch, device=device, worker=worker, **kwargs)
     report = j.run()
     if sanitize:
         from .rules import fold_sanitizer
@@ -685,3 +685,123 @@ def _main(fd: int) -> None:
     sys.stderr.flush()
     os._exit(0)
 
+
+
+# ---------------------------------------------------------------- a backward-pass chapter --------------------------
+class BackwardJudge(Judge):
+    """The judge of a backward-pass chapter (``Chapter.mode == "backward"``, chapter 8): the same plan, worker,
+    trace, rules and timing as every chapter, on slots of the backward layout (:mod:`.protocol`).
+
+    One correctness case is two calls on the same slot: first the learner's ``backward`` on the judge's q, k, v, do
+    and the judge's own o and lse (float64 reference, rounded as the forward must store them), its dq, dk, dv judged
+    against float64 by :mod:`flashtutor.backward`'s rule (2 × SDPA's own fp16 backward error per row, + 1 fp16 ulp,
+    + the allowance for o's fp16 rounding); then its ``forward`` on the same q, k, v, its o and lse judged the same
+    way. Backward first: a backward that leans on what the last forward left behind (its lse, kept in a global)
+    computes from another case's numbers."""
+
+    def check(self, p: Problem, seed: int) -> CaseResult:
+        import contextlib
+
+        from .. import backward as bw
+        from . import gradients as gr
+        from .protocol import fill_unwritten, slot_elems, slots_that_fit, unwritten_mask, views
+        torch = __import__("torch")
+        if not self.worker.alive():
+            try:
+                self.worker.start(self.arena_msg)
+            except WorkerFailed as e:
+                return CaseResult(p.name, seed, False, e.cause, e.message, log=e.log)
+        lock = self.lock.shared(self.worker.pid) if self.lock else contextlib.nullcontext()
+        t_lock = time.time()
+        with lock:
+            self.waited(time.time() - t_lock)
+            size = slot_elems(p.shape, "backward")
+            fit = slots_that_fit(self.arena.numel(), p.shape, "backward")
+            slot = random.randrange(fit - 1 if fit > 1 else 1)
+            tensors = dict(zip(("q", "k", "v", "do", "o", "lse", "dq", "dk", "dv"),
+                               views(self.arena, p.shape, slot, "backward")))
+            end = (slot + 1) * size
+            n = tensors["q"].numel()
+            after = self.arena[end: min(end + n, self.arena.numel())] if end < self.arena.numel() else None
+            gen = torch.Generator(device=self.arena.device)
+            gr.fill_inputs(self.arena[slot * size: end].view(1, size), p.shape, gen, seed, p.qk_std)
+            q, k, v, do = (tensors[x].clone() for x in ("q", "k", "v", "do"))
+            ref = bw.reference_grads(q, k, v, do, causal=p.causal)
+            _, baseline = bw.baseline_grads(q, k, v, do, causal=p.causal)
+            results = []
+            for fn in ("backward", "forward"):
+                if fn == "backward":
+                    tensors["o"].copy_(ref["o"])
+                    tensors["lse"].copy_(ref["lse"])
+                    outs = ("dq", "dk", "dv")
+                else:
+                    outs = ("o", "lse")
+                for name in outs:
+                    fill_unwritten(tensors[name])
+                if after is not None:
+                    fill_unwritten(after)
+                given = {x: tensors[x].clone() for x in ("q", "k", "v", "do", "o", "lse") if x not in outs}
+                if self.events:
+                    self.events[0].record()
+                msg = self.worker.request(("call", {"shape": list(p.shape), "causal": p.causal, "slots": [slot],
+                                                    "fn": fn, "nonce": f"{random.getrandbits(64):016x}"}),
+                                          self.check_timeout)
+                got = {name: tensors[name].clone() for name in outs}
+                trace_msg = None
+                if msg["op"] == "done" and self.ch.anticheat:
+                    trace_msg = self.worker.receive(self.check_timeout)
+                tampered = msg.get("tampering") or (trace_msg or {}).get("tampering")
+                if tampered:
+                    if self.device == "cuda":
+                        torch.cuda.current_stream().synchronize()
+                    return CaseResult(p.name, seed, False, Cause.TAMPERING, tampering_message(tampered))
+                if msg["op"] != "done":
+                    if self.device == "cuda":
+                        torch.cuda.current_stream().synchronize()
+                    res = self._call_failed(p, seed, msg, slot=slot)
+                    res.message = f"{fn}(): {res.message}"
+                    return res
+                changed = [x for x, t in given.items() if not torch.equal(t, tensors[x])]
+                if changed:
+                    return CaseResult(p.name, seed, False, Cause.INPUTS_MODIFIED,
+                                      f"{fn}() modified its input(s) {', '.join(changed)}: inputs must stay read-only")
+                overrun = past_the_output(after)
+                if overrun:
+                    return CaseResult(p.name, seed, False, Cause.MEMORY_ERROR, f"{fn}(): {overrun}")
+                if msg["returned"].get("problem"):
+                    return CaseResult(p.name, seed, False, Cause.SHAPE, msg["returned"]["problem"])
+                for name in outs:
+                    never = unwritten_mask(got[name])
+                    if bool(never.any()):
+                        first = [int(x) for x in never.nonzero()[0]]
+                        return CaseResult(p.name, seed, False, Cause.UNWRITTEN,
+                                          f"{fn}(): {name} has {int(never.sum())} of {never.numel()} elements never "
+                                          f"written (first at {first}; the grader's pattern is still there)")
+                checks = bw.check_grads(got, ref, baseline, names=tuple(x for x in outs if x != "lse"))
+                results.append((fn, checks, trace_msg))
+        failed = [c for _, cs, _ in results for c in cs if not c.ok]
+        passed = [c for _, cs, _ in results for c in cs if c.ok]
+        w = gr.worst(failed or passed)
+        if failed:
+            nonfinite = any(c.err == float("inf") for c in failed)
+            hint = gr.explain(failed, passed, p.causal)
+            msg = "; ".join(c.message for c in failed) + (f" — {hint}" if hint else "")
+            case = CaseResult(p.name, seed, False, Cause.NAN if nonfinite else Cause.WRONG, msg,
+                              w.err, w.bound, w.sdpa_err, w.max_err)
+        else:
+            case = CaseResult(p.name, seed, True, None, f"worst margin {w.margin:.3g} ({w.name})",
+                              w.err, w.bound, w.sdpa_err, w.max_err)
+        for fn, _, trace_msg in results:
+            if trace_msg is None:
+                continue
+            if trace_msg["op"] == "trace":
+                t = trace_msg["trace"]
+                case.kernels = sorted(set(case.kernels) | set(t.names))
+                findings = tr.judge(t, self.policy, calls=1)
+            else:
+                findings = [tr.Finding(Cause.UNTRACED, f"the worker sent no trace ({trace_msg.get('message', '')})")]
+            if findings:
+                if case.ok:
+                    case.ok, case.cause, case.message = False, findings[0].cause, f"{fn}(): {findings[0].message}"
+                self.report.add_trace_findings(findings)
+        return case

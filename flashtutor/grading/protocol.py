@@ -7,6 +7,12 @@ contiguous. The judge writes q, k, v (and fills out with NaN) before a call; the
 lands in ``out`` (``flashtutor.output_like`` hands the slot to the kernel, so nothing is copied), and
 the judge reads it back from there.
 
+A chapter about the backward pass (``Chapter.mode == "backward"``) has larger slots:
+``[q | k | v | do | o | lse | dq | dk | dv]``, where lse is ``B·H·S`` fp32 values (padded to 128 bytes) and the
+others ``B·H·S·D`` fp16 each. For a call of the learner's ``backward`` the judge writes q, k, v, do and its own o and
+lse (so that only the backward is timed, and on inputs the forward would have produced), and dq, dk, dv carry the
+never-written pattern; for a call of ``forward`` the judge writes q, k, v and the pattern into o and lse.
+
 Judge → worker messages are tuples (pickled: the worker trusts the judge); worker → judge messages
 are JSON (:mod:`.evidence`), because the judge trusts nothing the worker sends.
 """
@@ -15,25 +21,68 @@ from __future__ import annotations
 import math
 
 
+TENSORS = ("q", "k", "v", "out")
+MODES = ("forward", "backward")
+BACKWARD_TENSORS = ("q", "k", "v", "do", "o", "lse", "dq", "dk", "dv")
+BACKWARD_INPUTS = ("q", "k", "v", "do")          # random, written by the judge; o and lse: the judge's forward
+LSE_ALIGN = 64                                   # fp16 units: the lse region is padded to 128 bytes
+
+
 def numel(shape) -> int:
     return math.prod(int(x) for x in shape)
 
 
-def slot_elems(shape) -> int:
-    return 4 * numel(shape)
+def lse_units(shape) -> int:
+    """The fp16 units that a slot's lse (``B·H·S`` fp32 values) takes, padded to :data:`LSE_ALIGN`."""
+    rows = numel(shape[:-1])
+    return -(-2 * rows // LSE_ALIGN) * LSE_ALIGN
 
 
-def slots_that_fit(arena_elems: int, shape) -> int:
-    return arena_elems // slot_elems(shape)
-
-
-def views(arena, shape, slot: int):
-    """(q, k, v, out) of ``slot`` for problems of ``shape`` (views into the arena, contiguous)."""
+def parts(shape, mode: str = "forward") -> list[tuple[str, int, int]]:
+    """A slot's tensors in order, as (name, first fp16 unit, fp16 units) from the slot's start."""
     n = numel(shape)
-    base = slot * 4 * n
-    if base + 4 * n > arena.numel():
+    if mode == "forward":
+        return [(name, j * n, n) for j, name in enumerate(TENSORS)]
+    if mode != "backward":
+        raise ValueError(f"unknown slot layout {mode!r}; known: {', '.join(MODES)}")
+    out, at = [], 0
+    for name in BACKWARD_TENSORS:
+        size = lse_units(shape) if name == "lse" else n
+        out.append((name, at, size))
+        at += size
+    return out
+
+
+def slot_elems(shape, mode: str = "forward") -> int:
+    if mode == "forward":
+        return 4 * numel(shape)
+    name, at, size = parts(shape, mode)[-1]
+    return at + size
+
+
+def slots_that_fit(arena_elems: int, shape, mode: str = "forward") -> int:
+    return arena_elems // slot_elems(shape, mode)
+
+
+def views(arena, shape, slot: int, mode: str = "forward"):
+    """The tensors of ``slot`` for problems of ``shape`` (views into the arena, contiguous): (q, k, v, out), or in
+    the backward layout (q, k, v, do, o, lse, dq, dk, dv) with lse an fp32 ``[B, H, S]`` view."""
+    size = slot_elems(shape, mode)
+    base = slot * size
+    if base + size > arena.numel():
         raise IndexError(f"slot {slot} of shape {tuple(shape)} does not fit the arena")
-    return tuple(arena[base + j * n: base + (j + 1) * n].view(*shape) for j in range(4))
+    if mode == "forward":
+        n = numel(shape)
+        return tuple(arena[base + j * n: base + (j + 1) * n].view(*shape) for j in range(4))
+    import torch
+    out = []
+    for name, at, units in parts(shape, mode):
+        if name == "lse":
+            rows = numel(shape[:-1])
+            out.append(arena[base + at: base + at + 2 * rows].view(torch.float32).view(*shape[:-1]))
+        else:
+            out.append(arena[base + at: base + at + units].view(*shape))
+    return tuple(out)
 
 
 def inputs_view(arena, shape, slot: int):
@@ -50,15 +99,23 @@ def inputs_view(arena, shape, slot: int):
 UNWRITTEN_BITS = 0x7E5A
 
 
+UNWRITTEN_BITS32 = 0x7FC07E5A     # the same idea for fp32 outputs (lse): a quiet NaN whose payload nothing computes
+
+
 def fill_unwritten(t) -> None:
-    """Fill an fp16 tensor with the never-written pattern (in place, one fill kernel)."""
+    """Fill an fp16 (or fp32) tensor with the never-written pattern (in place, one fill kernel)."""
     import torch
-    t.view(torch.int16).fill_(UNWRITTEN_BITS)
+    if t.dtype == torch.float32:
+        t.view(torch.int32).fill_(UNWRITTEN_BITS32)
+    else:
+        t.view(torch.int16).fill_(UNWRITTEN_BITS)
 
 
 def unwritten_mask(t):
-    """A bool tensor: which elements of an fp16 tensor still carry the never-written pattern."""
+    """A bool tensor: which elements of an fp16 (or fp32) tensor still carry the never-written pattern."""
     import torch
+    if t.dtype == torch.float32:
+        return t.contiguous().view(torch.int32) == UNWRITTEN_BITS32
     return t.contiguous().view(torch.int16) == UNWRITTEN_BITS
 
 
@@ -68,7 +125,6 @@ def unwritten_mask(t):
 # after it inaccessible (PROT_NONE), so that an emulated kernel's access just past the last ``out`` faults instead
 # of reading whatever the process maps next. Wide enough for a row stride's jump past the end.
 GUARD_BYTES = 1 << 20
-TENSORS = ("q", "k", "v", "out")
 
 
 def cpu_layout(arena_elems: int, page: int) -> tuple[int, int]:

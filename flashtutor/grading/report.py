@@ -159,9 +159,19 @@ class Report:
             m.append(f"correctness: {_n(len(ran), 'case')} on {_n(len(shapes), 'problem')}{on}, fresh random inputs "
                      "each (seeds listed in the JSON), outputs pre-filled with NaN, inputs compared before and after"
                      + (f"; {short} more ended before their output could be compared" if short else ""))
-            ref = "fp32 (TF32 off) on the GPU" if self.device == "cuda" else "fp64 on the CPU"
-            m.append(f"tolerance, per output row: max |out − ref| ≤ {RATIO:g} × SDPA's fp16 error on that row + 1 fp16 "
-                     f"ulp of the row's max |ref|; reference in {ref}; NaN/Inf anywhere fails")
+            if getattr(ch, "mode", "forward") == "backward":
+                base = "SDPA's own fp16 backward" if self.device == "cuda" else \
+                    "an fp32 emulation of FlashAttention-2's fp16 roundings (the CPU's stand-in for SDPA's backward)"
+                m.append("each case: backward(q, k, v, o, lse, do) on the grader's own o and lse, then forward(q, k, v) "
+                         "on the same inputs (in that order: nothing a forward leaves behind serves the backward)")
+                m.append(f"tolerance, per row of o, dq (query rows), dk, dv (key rows): max |yours − ref| ≤ {RATIO:g} × "
+                         f"{base}'s error on that row + 1 fp16 ulp of the row's max |ref| (+ for dq and dk the most "
+                         "that o's fp16 rounding moves delta); lse within 2^-12 + 2^-16·|lse|; reference in fp64; "
+                         "NaN/Inf or a never-written element anywhere fails")
+            else:
+                ref = "fp32 (TF32 off) on the GPU" if self.device == "cuda" else "fp64 on the CPU"
+                m.append(f"tolerance, per output row: max |out − ref| ≤ {RATIO:g} × SDPA's fp16 error on that row + 1 "
+                         f"fp16 ulp of the row's max |ref|; reference in {ref}; NaN/Inf anywhere fails")
         timed = [t for t in self.timings if not t.skipped]
         if timed:
             basis = "replayed from CUDA graphs" if timed[0].basis == "graph" else "queued back to back"

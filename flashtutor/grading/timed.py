@@ -24,7 +24,8 @@ class TimedPhase:
 
         import torch
         self.j, self.torch = judge, torch
-        self.bench = tm.Bench(judge.arena, judge.events, judge.worker)
+        self.bench = tm.Bench(judge.arena, judge.events, judge.worker, mode=judge.ch.mode)
+        self.backward = judge.ch.mode == "backward"
         self.neighbours = tm.Neighbours({os.getpid()}, judge.lock)
         self.rng = random.Random(random.SystemRandom().randrange(1 << 62))
         self.peaks = None
@@ -100,6 +101,8 @@ class TimedPhase:
             res.speedup_vs_baseline = run.times["baseline"].median_us / lt.median_us
         if self.peaks:
             floor = self.peaks.floor_us(p)
+            if self.backward:        # 2.5× the forward's FLOPs; q, k, v, o, do read and dq, dk, dv written: 2× its bytes
+                floor = dict(floor, floor_us=max(2.0 * floor["memory_us"], 2.5 * floor["compute_us"]))
             res.floor_us = floor["floor_us"]
             from ..roofline import percent_of_floor
             res.pct_floor = {n: percent_of_floor(m.median_us, floor["floor_us"]) for n, m in run.times.items()}
@@ -122,6 +125,15 @@ class TimedPhase:
         from ..timing import pinned_sdpa
         from .protocol import slots_that_fit, views
         torch = self.torch
+        if self.backward:
+            from .gradients import pinned_sdpa_backward
+            count = min(tm.MAX_CALLS, slots_that_fit(self.j.arena.numel(), p.shape, "backward"))
+            self.bench.write_inputs(p.shape, count, self.rng.randrange(1 << 62), p.qk_std, p.causal)
+            backend, pinned, sdpa_bwd = pinned_sdpa_backward(self.j.arena, p.shape, p.causal, count)
+            with pinned:
+                run = tm.measure_shape(self.bench, p, {"learner": "remote", "sdpa": sdpa_bwd}, rounds=self.j.rounds,
+                                       rng=self.rng, max_calls=count, timeout=self.j.time_timeout)
+            return run, backend
         q, k, v, _ = views(self.j.arena, p.shape, 0)
         q.normal_(), k.normal_(), v.normal_()
         backend, pinned = pinned_sdpa(q, k, v, causal=p.causal)
@@ -193,8 +205,12 @@ class TimedPhase:
             if not unchanged:
                 bad = bad or f"a timed call modified its inputs (call {pos + 1} of a batch of {n})"
                 continue
-            q, k, v = self.bench.regenerate(p.shape, seed, rows, slot, p.qk_std)
-            r = check_output(p, q, k, v, out, seed=seed)
+            if self.backward:
+                from .gradients import recheck
+                r = recheck(p, self.bench.regenerate(p.shape, seed, rows, slot, p.qk_std), out)
+            else:
+                q, k, v = self.bench.regenerate(p.shape, seed, rows, slot, p.qk_std)
+                r = check_output(p, q, k, v, out, seed=seed)
             if not r.ok:
                 where = "the last call" if pos == n - 1 else f"call {pos + 1}"
                 bad = bad or f"{where} of a batch of {n} timed calls: {r.message}"

@@ -201,11 +201,12 @@ class Bench:
     """Gated batches on the shared arena, for local candidates (callables in this process) and the
     worker. ``fill(slot_flat_view, seed)`` writes one slot's q, k, v."""
 
-    def __init__(self, arena, events=None, worker=None, trace_local: bool = True):
+    def __init__(self, arena, events=None, worker=None, trace_local: bool = True, mode: str = "forward"):
         import torch
         from ..timing import L2Flusher
         self.torch = torch
         self.arena = arena
+        self.mode = mode                     # the slots' layout (protocol.py): "backward" for chapter 8
         self.A, self.B = events or (None, None)
         self.worker = worker
         self.flush = L2Flusher(L2_FLUSH_BYTES)
@@ -218,9 +219,14 @@ class Bench:
         self.gate: dict[str, float] = {}     # a candidate's gate factor, once its gate opened early
         self.label = ""                      # the candidate being timed (FLASHTUTOR_BATCH_LOG's lines)
 
-    def write_inputs(self, shape, n: int, seed: int, qk_std: float) -> None:
+    def write_inputs(self, shape, n: int, seed: int, qk_std: float, causal: bool = False) -> None:
         """Fresh random q, k, v in slots 0…n−1 and NaN in their outputs: three kernels for the whole batch (a
-        kernel per slot costs the slow host milliseconds that the gate's sleep then multiplies)."""
+        kernel per slot costs the slow host milliseconds that the gate's sleep then multiplies). In the backward
+        layout also do, and the judge's own o and lse for each slot (:func:`.gradients.fill_slots`)."""
+        if self.mode == "backward":
+            from .gradients import fill_slots
+            fill_slots(self.arena, shape, n, self.gen, seed, qk_std, causal)
+            return
         _fill_slots(self.slots(shape, n), self.gen, seed, qk_std)
 
     def slots(self, shape, n: int):
@@ -235,16 +241,25 @@ class Bench:
         random subset in a random order: a call cannot know which other slots its batch holds, and work done
         for slots it was not called on is work inside the window."""
         from .protocol import slots_that_fit
-        return max(1, min(POOL_MAX, slots_that_fit(self.arena.numel(), shape)))
+        return max(1, min(POOL_MAX, slots_that_fit(self.arena.numel(), shape, self.mode)))
 
     def regenerate(self, shape, seed: int, n: int, slot: int, qk_std: float):
         """The inputs slot ``slot`` of a block of ``n`` slots was given (for re-checking a timed output): the
-        block written again the same way, in fresh memory."""
+        block written again the same way, in fresh memory (q, k, v; in the backward layout q, k, v, do)."""
         from .protocol import numel
+        if self.mode == "backward":
+            from .gradients import regenerate
+            return regenerate(shape, self.gen, seed, n, slot, qk_std, self.arena.device)
         m = numel(shape)
         block = self.torch.empty(n, 4 * m, dtype=self.arena.dtype, device=self.arena.device)
         _fill_slots(block, self.gen, seed, qk_std)
         return tuple(block[slot, j * m:(j + 1) * m].view(*shape) for j in range(3))
+
+    def _outputs(self, shape, slot: int):
+        """A copy of a slot's output(s): out, or (dq, dk, dv) in the backward layout."""
+        from .protocol import views
+        vs = views(self.arena, shape, slot, self.mode)
+        return vs[3].clone() if self.mode == "forward" else tuple(t.clone() for t in vs[6:])
 
     def batch(self, cand, problem, n: int, *, seed: int, sleep_us: float, snapshot=(),
               graph=None, timeout: float = 120.0, trace: bool = True, slots=None) -> BatchRun:
@@ -267,7 +282,7 @@ class Bench:
         torch.cuda._sleep(int(min(sleep_us, 2e6) * self.cycles))
         E0.record()
         if rows:
-            self.write_inputs(shape, rows, seed, problem.qk_std)
+            self.write_inputs(shape, rows, seed, problem.qk_std, problem.causal)
         self.flush()
         Em.record()
         snaps, err = [], None
@@ -291,7 +306,7 @@ class Bench:
             ts.wait_event(self.B)
             E1.record(ts)
             with torch.cuda.stream(ts):
-                outs = [(i, slots[i], views(self.arena, shape, slots[i])[3].clone()) for i in snapshot]
+                outs = [(i, slots[i], self._outputs(shape, slots[i])) for i in snapshot]
             traced = None
             tampering = list(msg.get("tampering") or [])
             if trace:
@@ -305,11 +320,14 @@ class Bench:
                     "op": "error", "cause": Cause.TIMEOUT, "fatal": True, "where": "", "log": "",
                     "message": f"a timed batch of {n} calls did not finish within {timeout:.0f} s"})
             torch.cuda.current_stream().wait_stream(ts)
-            if n:
+            if n and self.mode == "backward":
+                from .gradients import sampled_rows_check as grad_rows_check
+                rows_bad = grad_rows_check(self.arena, shape, slots, problem.causal)
+            elif n:
                 rows_bad = sampled_rows_check(self.arena, shape, slots, problem.causal)
             for i, s, out in outs:       # were the inputs left as written? (the next batch overwrites them)
                 given = self.regenerate(shape, seed, rows, s, problem.qk_std)
-                unchanged = all(torch.equal(a, b) for a, b in zip(given, views(self.arena, shape, s)[:3]))
+                unchanged = all(torch.equal(a, b) for a, b in zip(given, views(self.arena, shape, s, self.mode)))
                 snaps.append((i, s, seed, out, unchanged, rows))
             trace = traced
         else:
@@ -322,8 +340,11 @@ class Bench:
                     graph.replay()
                 else:
                     for i in range(n):
-                        q, k, v, _ = views(self.arena, shape, i)
-                        cand(q, k, v, problem.causal)
+                        if self.mode == "backward":
+                            cand(*views(self.arena, shape, i, self.mode), problem.causal)
+                        else:
+                            q, k, v, _ = views(self.arena, shape, i)
+                            cand(q, k, v, problem.causal)
                 host_us = (time.perf_counter() - t1) * 1e6 / max(n, 1)
                 t_ready = time.perf_counter()
                 held = not Em.query()

@@ -7,6 +7,10 @@ events), imports the submission, and then serves the judge's requests:
 * ``batch`` — N calls on slots 0…N−1, queued behind the judge's gate event (a timed batch);
 * ``capture`` — capture N calls into a CUDA graph, replayed by later batches (graph-basis chapters).
 
+In a backward-pass chapter (set-up ``mode`` "backward") a call is the learner's ``backward(q, k, v, o, lse, do,
+causal=)`` on a slot of the backward layout (:mod:`.protocol`), or, when the request says ``"fn": "forward"``, its
+``forward(q, k, v, causal=)``; their outputs land in the slot's dq, dk, dv (or o and lse).
+
 Every call runs under the tracer (CUPTI through ``torch.profiler`` on a GPU, aten ops on a CPU), from the
 first call to the last, so no call can tell whether it is watched. After the calls the worker makes its
 stream wait for every stream the learner created, records the judge's end event, and answers in JSON:
@@ -115,6 +119,14 @@ def _import(setup: dict, files: list[str]):
         where = _where(e, files)
         raise _SetupFailure(Cause.IMPORT_ERROR, f"importing {path.name} raised {type(e).__name__}: {e}"
                             + (f" (at {where})" if where else "")) from None
+    if setup.get("mode") == "backward":
+        fns = {name: getattr(mod, name, None) for name in ("forward", "backward")}
+        missing = [sig for name, sig in (("forward", "forward(q, k, v, *, causal=False) -> (o, lse)"),
+                                         ("backward", "backward(q, k, v, o, lse, do, *, causal=False) -> (dq, dk, dv)"))
+                   if not callable(fns[name])]
+        if missing:
+            raise _SetupFailure(Cause.ERROR, f"{path.name} defines no function {' and no function '.join(missing)}")
+        return fns
     fn = getattr(mod, "attention", None)
     if not callable(fn):
         raise _SetupFailure(Cause.ERROR, f"{path.name} defines no function attention(q, k, v, *, causal=False)")
@@ -142,7 +154,8 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
     local captured here, so re-binding a module or class attribute (this module's included) changes nothing
     in it. Returns ``serve(fn, arena_msg)``, which answers the judge until it says "quit"."""
     from .. import api
-    from .protocol import numel
+    from .protocol import LSE_ALIGN as lse_align, numel
+    f32 = torch.float32
     cuda = setup["device"] == "cuda"
     traced_chapter = bool(setup.get("trace", True))
     TB = torch._C.TensorBase
@@ -168,17 +181,38 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
     st = {"arena": None, "A": None, "B": None, "fn": None, "graphs": {}, "shm": None, "base": None}
     guard = None if cuda else _guard()
 
+    backward_mode = setup.get("mode") == "backward"
+
     def views(shape, slot: int):
         """protocol.views, through TensorBase's C methods captured above (the judge's copy looks torch.Tensor's
         methods and protocol's globals up at call time, which the learner's code could re-bind here)."""
-        n = 1
-        for x in shape:
-            n *= x
-        base = slot * 4 * n
         arena = st["arena"]
-        if base + 4 * n > tb_numel(arena):
+        if not backward_mode:
+            n = 1
+            for x in shape:
+                n *= x
+            base = slot * 4 * n
+            if base + 4 * n > tb_numel(arena):
+                raise IndexError(f"slot {slot} of shape {tuple_(shape)} does not fit the arena")
+            return tuple_(tb_view(tb_getitem(arena, slice_(base + j * n, base + (j + 1) * n)), shape)
+                          for j in range_(4))
+        # protocol.parts(shape, "backward"), computed here with nothing looked up at call time:
+        # q k v do o (n each) | lse (2·rows fp16 units, padded to lse_align) | dq dk dv (n each)
+        rows = 1
+        for x in shape[:-1]:
+            rows *= x
+        n = rows * shape[-1]
+        lse_units = -(-2 * rows // lse_align) * lse_align
+        size = 8 * n + lse_units
+        base = slot * size
+        if base + size > tb_numel(arena):
             raise IndexError(f"slot {slot} of shape {tuple_(shape)} does not fit the arena")
-        return tuple_(tb_view(tb_getitem(arena, slice_(base + j * n, base + (j + 1) * n)), shape) for j in range_(4))
+        out = [tb_view(tb_getitem(arena, slice_(base + j * n, base + (j + 1) * n)), shape) for j in range_(5)]
+        at = base + 5 * n
+        out.append(tb_view(tb_view(tb_getitem(arena, slice_(at, at + 2 * rows)), f32), shape[:-1]))
+        at += lse_units
+        out += [tb_view(tb_getitem(arena, slice_(at + j * n, at + (j + 1) * n)), shape) for j in range_(3)]
+        return tuple_(out)
 
     def deliver(out, o):
         """Put the learner's output into the slot (nothing to do when output_like handed it the slot)."""
@@ -198,6 +232,37 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
             return desc, False
         tb_copy(o, out)
         return desc, True
+
+    def deliver_many(got, targets, what: str):
+        """Put a backward's (dq, dk, dv) or a forward's (o, lse) into the slot's buffers ``targets`` (name, buffer):
+        nothing to copy for a tensor that already is its buffer; a tensor that is another of the buffers is read
+        before any is written (so that returning them in another order is a copy, not a corruption)."""
+        names = [nm for nm, _ in targets]
+        if not isinstance_(got, (tuple_, list_)) or len_(got) != len_(targets):
+            kind = type_(got).__name__
+            return {"problem": f"{what} returned {kind}" + (f" of {len_(got)}" if isinstance_(got, (tuple_, list_))
+                                                            else "")
+                    + f", expected a tuple ({', '.join(names)})"}, False
+        desc = {}
+        for (nm, buf), t in zip(targets, got):
+            if not isinstance_(t, Tensor):
+                return {"problem": f"{what} returned {type_(t).__name__} as {nm}, expected a torch.Tensor"}, False
+            if tuple_(t.shape) != tuple_(buf.shape):
+                return {"problem": f"{what}'s {nm} has shape {tuple_(t.shape)}, expected {tuple_(buf.shape)}"}, False
+            if t.dtype != buf.dtype:
+                return {"problem": f"{what}'s {nm} is {t.dtype}, expected {buf.dtype}"}, False
+            if t.device != buf.device:
+                return {"problem": f"{what}'s {nm} is on {t.device}, expected {buf.device} (where q is)"}, False
+            desc[nm] = str_(tuple_(t.shape))
+        own = [tb_ptr(t) == tb_ptr(buf) and tb_contig(t) for (_, buf), t in zip(targets, got)]
+        ptrs = {tb_ptr(buf) for _, buf in targets}
+        sources = [t if ok or tb_ptr(t) not in ptrs else t.clone() for ok, t in zip(own, got)]
+        copied = False
+        for ok, (_, buf), t in zip(own, targets, sources):
+            if not ok:
+                tb_copy(buf, t)
+                copied = True
+        return desc, copied
 
     def fail(e) -> None:
         text = f"{type_(e).__name__}: {e}".strip()
@@ -247,6 +312,25 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
         try:
             if g is not None:
                 graph_replay(g[0])
+            elif backward_mode and spec.get("fn") == "forward":
+                fwd = st["forward"]
+                for q, k, v, do, o, lse, dq, dk, dv in vs:
+                    outputs[tb_ptr(q)] = o
+                    got = fwd(q, k, v, causal=causal)
+                    outputs_pop(outputs, tb_ptr(q), None)
+                    returned, c = deliver_many(got, (("o", o), ("lse", lse)), "forward()")
+                    copied = copied or c
+                    if "problem" in returned:
+                        break
+            elif backward_mode:
+                for q, k, v, do, o, lse, dq, dk, dv in vs:
+                    outputs[tb_ptr(q)] = [dq, dk, dv]
+                    got = fn(q, k, v, o, lse, do, causal=causal)
+                    outputs_pop(outputs, tb_ptr(q), None)
+                    returned, c = deliver_many(got, (("dq", dq), ("dk", dk), ("dv", dv)), "backward()")
+                    copied = copied or c
+                    if "problem" in returned:
+                        break
             else:
                 for q, k, v, o in vs:
                     outputs[tb_ptr(q)] = o
@@ -347,6 +431,8 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
             sync()
 
     def serve(fn, ready: dict) -> None:
+        if backward_mode:
+            st["forward"], fn = fn["forward"], fn["backward"]
         st["fn"] = fn
         take_arena(recv())
         if st["base"] is not None:          # the judge maps an emulated kernel's fault address into the arena

