@@ -7,6 +7,11 @@
   inline backend saves that way), so text sticking out of the figure counts too;
 * no legend covers data: its box, as the renderer draws it, meets no plotted line, marker, bar, span,
   image or text of any axes, and no tick label, axis label or title;
+* a chart is titled by what it shows and captioned with where it was measured: its title, over all the
+  panels, is one line of at most plots.TITLE_MAX_CHARS characters with no environment in it; the
+  environment line (GPU, versions, date) is a caption under every panel and under any legend placed
+  below them, inside the figure and inside what a tight save keeps; neither the title nor the caption
+  overlaps another text or a legend, and no chart puts the environment line above its panels;
 * the chart cells of the chapter notebooks draw through these functions (no figure size or font size
   of their own), and the cells that only plot are run here with fake rows.
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -123,6 +129,122 @@ def assert_legible(fig):
     assert not covered, f"legends over data or labels: {covered}"
 
 
+# The environment line, as any chart prints it: a GPU's name, a library's version, a date.
+ENV_MARKS = re.compile(r"NVIDIA|torch \d|triton \d|cuDNN \d|driver \d|\d{4}-\d\d-\d\d")
+
+
+def _panels(fig) -> list[Bbox]:
+    """The display box of every visible axes with everything drawn around it (tick labels, axis labels,
+    its title, a legend anchored to it)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [ax.get_tightbbox(renderer) for ax in fig.findobj(Axes) if ax.get_visible() and ax.get_in_layout()]
+
+
+def _figure_legends(fig) -> list[Legend]:
+    return [lg for lg in fig.findobj(Legend) if lg.get_visible() and lg in getattr(lg.figure, "legends", [])]
+
+
+def _above(box: Bbox, panels) -> bool:
+    return all(box.y0 >= p.y1 - 0.5 for p in panels)
+
+
+def _below(box: Bbox, panels) -> bool:
+    return all(box.y1 <= p.y0 + 0.5 for p in panels)
+
+
+def _tick_labels(fig) -> set[int]:
+    """ids of every tick label (drawn or not: one outside the view is kept, undrawn, at its place)."""
+    return {id(t) for ax in fig.findobj(Axes) for axis in (ax.xaxis, ax.yaxis)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks() for t in (tick.label1, tick.label2)}
+
+
+def chart_titles(fig) -> list[Text]:
+    """The texts over all the panels (the chart's title, whatever drew it)."""
+    panels, ticks = _panels(fig), _tick_labels(fig)
+    return [t for t in _texts(fig) if id(t) not in ticks and _above(t.get_window_extent(), panels)]
+
+
+def title_problems(fig) -> list[str]:
+    """What is wrong with the texts over the panels: more than one, more than one line, longer than
+    plots.TITLE_MAX_CHARS, the environment line in it."""
+    out = []
+    titles = chart_titles(fig)
+    if len(titles) > 1:
+        out.append(f"{len(titles)} texts over the panels: {[t.get_text() for t in titles]}")
+    for t in titles:
+        text = t.get_text()
+        if "\n" in text.strip():
+            out.append(f"title of {text.count(chr(10)) + 1} lines: {text!r}")
+        if len(text) > plots.TITLE_MAX_CHARS:
+            out.append(f"title of {len(text)} characters: {text!r}")
+        if ENV_MARKS.search(text):
+            out.append(f"the environment in the title: {text!r}")
+    return out
+
+
+def caption_problems(fig, marker: str = "torch 2.11.0") -> list[str]:
+    """Where the texts holding `marker` (the environment line) are not: under every panel and every
+    figure legend, inside the figure and inside its tight box (what a tight save keeps)."""
+    panels = _panels(fig)
+    legends = [lg.get_window_extent() for lg in _figure_legends(fig)]
+    tight = fig.get_tightbbox(fig.canvas.get_renderer())          # inches
+    out = []
+    found = [t for t in _texts(fig) if marker in t.get_text()]
+    if not found:
+        return [f"no text holds {marker!r}"]
+    for t in found:
+        box = t.get_window_extent()
+        name = repr(t.get_text()[:40])
+        if not _below(box, panels):
+            out.append(f"{name} is not under every panel")
+        if not _below(box, legends):
+            out.append(f"{name} is not under the legends below the panels")
+        if box.y0 < -0.5 or box.x0 < -0.5 or box.x1 > fig.bbox.x1 + 0.5 or box.y1 > fig.bbox.y1 + 0.5:
+            out.append(f"{name} sticks out of the figure")
+        inches = Bbox(box.get_points() / fig.dpi)
+        if not (tight.x0 - 1e-3 <= inches.x0 and inches.x1 <= tight.x1 + 1e-3
+                and tight.y0 - 1e-3 <= inches.y0 and inches.y1 <= tight.y1 + 1e-3):
+            out.append(f"{name} is outside what a tight save keeps")
+    return out
+
+
+def text_overlaps(fig, texts) -> list[tuple[str, str]]:
+    """(text, what it meets) for each of `texts` that overlaps another visible text or a legend."""
+    fig.canvas.draw()
+    texts = [t for t in texts if t is not None]
+    legends = [lg for lg in fig.findobj(Legend) if lg.get_visible()]
+    own = {id(t) for lg in legends for t in lg.get_texts()} | {id(lg.get_title()) for lg in legends}
+    ticks = _tick_labels(fig)
+    out = []
+    for t in texts:
+        box = t.get_window_extent()
+        drawn = {id(x) for ax in fig.findobj(Axes) for axis in (ax.xaxis, ax.yaxis) for x in _drawn_tick_labels(axis)}
+        for other in _texts(fig):
+            if other is t or id(other) in own or (id(other) in ticks and id(other) not in drawn):
+                continue
+            if box.overlaps(other.get_window_extent()):
+                out.append((t.get_text()[:40], f"text {other.get_text()[:40]!r}"))
+        for lg in legends:
+            if box.overlaps(lg.get_window_extent()):
+                out.append((t.get_text()[:40], "a legend"))
+    return out
+
+
+def assert_titled_and_captioned(fig, *, titled: bool = True, marker: str | None = "torch 2.11.0"):
+    problems = title_problems(fig)
+    assert not problems, problems
+    titles = chart_titles(fig)
+    if titled:
+        assert titles, "no title over the panels"
+    captions = [t for t in _texts(fig) if marker and marker in t.get_text()]
+    if marker:
+        problems = caption_problems(fig, marker)
+        assert not problems, problems
+    met = text_overlaps(fig, titles + captions)
+    assert not met, f"the title or the caption overlaps: {met}"
+
+
 @pytest.fixture(autouse=True)
 def _close_figures():
     yield
@@ -193,6 +315,71 @@ def test_a_legend_clear_of_data_passes():
     ax.plot(range(10), [5] * 10, label="line")
     plots.legend(ax)
     assert_legible(fig)
+
+
+def test_the_environment_above_the_panels_is_flagged():
+    """The old convention: the environment line as a figure title over the panels."""
+    fig, ax = plots.figure(height=3.0)
+    ax.plot([1, 2, 3], [1, 4, 9])
+    fig.suptitle(ENV, fontsize=9)
+    assert caption_problems(fig) and any("environment" in p for p in title_problems(fig))
+
+
+def test_a_caption_among_the_panels_is_flagged():
+    fig, (a, b) = plots.figure(2, 1, height=4.0)
+    a.plot([1, 2, 3], [1, 4, 9])
+    b.plot([1, 2, 3], [1, 4, 9])
+    fig.text(0.0, 0.48, ENV, fontsize=9)                         # between the two panels
+    assert any("not under every panel" in p for p in caption_problems(fig))
+
+
+def test_a_caption_over_a_legend_below_is_flagged():
+    fig, ax = plots.figure(height=3.0)
+    ax.plot([1, 2, 3], [1, 4, 9], label="y")
+    fig.legend(loc="outside lower center")                       # matplotlib's own slot, not the caption's
+    fig.text(0.5, 0.0, ENV, fontsize=9, ha="center", va="bottom")
+    problems = caption_problems(fig) + [w for _, w in text_overlaps(fig, [t for t in _texts(fig) if "torch" in t.get_text()])]
+    assert problems
+
+
+def test_a_long_or_wrapped_title_is_flagged():
+    fig, ax = plots.figure(height=3.0)
+    ax.plot([1, 2, 3], [1, 4, 9])
+    plots.title(fig, "a title that goes on and on about what the chart shows, well past seventy characters")
+    assert any("characters" in p for p in title_problems(fig))
+    plots.title(fig, "a title\non two lines")
+    assert any("lines" in p for p in title_problems(fig))
+    plots.title(fig, "Time per call as S grows")
+    assert title_problems(fig) == []
+
+
+def test_a_title_over_a_label_is_flagged():
+    fig, ax = plots.figure(height=2.0)
+    ax.plot([1, 2, 3], [1, 4, 9])
+    ax.set_ylabel("a y label far too long for the height of these axes to hold", fontsize=10)
+    title = fig.text(0.0, 0.5, "a title in the wrong place", fontsize=11, va="center")
+    assert text_overlaps(fig, [title])
+
+
+def test_env_line_is_the_caption():
+    """The older name still works (the notebooks call it) and draws the caption, once."""
+    fig, ax = plots.figure(height=3.0)
+    ax.plot([1, 2, 3], [1, 4, 9], label="y")
+    plots.legend(ax, where="below")
+    plots.env_line(fig, "an older line")
+    plots.env_line(fig, ENV)
+    assert_titled_and_captioned(fig, titled=False)
+    assert not [t for t in _texts(fig) if "an older line" in t.get_text()]
+
+
+def test_caption_on_a_figure_not_made_here():
+    """A figure of plt.subplots (no layout): the caption still goes under the panels."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.0))
+    ax.plot([1, 2, 3], [1, 4, 9])
+    ax.set_xlabel("x")
+    plots.title(fig, "A chart drawn elsewhere")
+    plots.caption(fig, ENV)
+    assert_titled_and_captioned(fig)
 
 
 # ------------------------------------------------------------------------------- fake data -----
@@ -294,17 +481,17 @@ def _chart_crossover():
     from flashtutor.bench import ch05
     rows = _crossover_rows()
     assert ch05.crossings(rows), "the fake data should cross, to draw the crossover's line and note"
-    return ch05.plot_crossover(rows, _memory_rows(), title=ENV).figure
+    return ch05.plot_crossover(rows, _memory_rows(), env=ENV).figure
 
 
 def _chart_per_seq():
     from flashtutor.bench import ch06
-    return ch06.plot_per_seq(_per_seq_rows(), "graph", title="graph-replayed, L2 flushed · " + ENV)
+    return ch06.plot_per_seq(_per_seq_rows(), "graph", env="graph-replayed, L2 flushed · " + ENV)
 
 
 def _chart_launch_cost():
     from flashtutor.bench import launch_cost
-    return launch_cost.plot(_launch_rows(), title=ENV)
+    return launch_cost.plot(_launch_rows(), env=ENV)
 
 
 def _chart_ch02_steps():
@@ -321,7 +508,8 @@ def _chart_ch01_bars():
     names = [p.replace(" D64", "") for p in SHAPES]
     return plots.grouped_bars(names, {k: [100.0 * (i + 1) / (3 ** j) for i in range(len(names))]
                                       for j, k in enumerate(("reference", "row kernel", "sdpa"))},
-                              ylabel="µs per call (median, log)", env=ENV)
+                              ylabel="µs per call (median, log)", env=ENV,
+                              title="Chapter 1's kernels against SDPA, per shape")
 
 
 def _chart_report():
@@ -329,14 +517,20 @@ def _chart_report():
     from flashtutor.grading.evidence import Measurement, TimingResult
     from flashtutor.grading.report import Report
     r = Report(chapter="01", title="t", path="x.py", device="cuda",
-               env={"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-23 22:06 UTC · torch 2.11.0+cu130"})
+               env={"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "date": "2026-11-23 22:06 UTC"})
     for i, p in enumerate(SHAPES):
         m = [Measurement(v, 0.97 * v, 1.03 * v, 5) for v in (1000.0 * (i + 1), 300.0 * (i + 1), 10.0 + i)]
         r.timings.append(TimingResult(p, "stream", times=dict(zip(("learner", "reference", "sdpa"), m))))
     return r.chart()
 
 
-CHARTS = {"report.chart": _chart_report, "ch04.heatmap": _chart_heatmap, "ch04.heatmaps": _chart_heatmaps, "ch04.plot_vs_sdpa": _chart_vs_sdpa,
+def _chart_results_ladder():
+    """The results page's ladder chart, from results/ (its environment is in the page's caption, not in it)."""
+    from flashtutor import results_page as rp
+    return rp.draw_chart(rp.ladder_chart_data(rp.Results(rp.RESULTS)))
+
+
+CHARTS = {"results_page.draw_chart": _chart_results_ladder, "report.chart": _chart_report, "ch04.heatmap": _chart_heatmap, "ch04.heatmaps": _chart_heatmaps, "ch04.plot_vs_sdpa": _chart_vs_sdpa,
           "ch05.plot_crossover": _chart_crossover, "ch06.plot_per_seq": _chart_per_seq,
           "launch_cost.plot": _chart_launch_cost, "ch02.plot_steps": _chart_ch02_steps,
           "ch03.plot_steps": _chart_ch03_steps, "plots.grouped_bars": _chart_ch01_bars}
@@ -360,6 +554,17 @@ def test_chart_shows_the_environment_line(name):
         assert part in shown
     env = [t for t in _texts(fig) if "torch 2.11.0" in t.get_text()]
     assert env and all(t.get_fontsize() >= plots.MIN_FONT_PT for t in env)
+
+
+@pytest.mark.parametrize("name", [n for n in CHARTS if n != "ch04.heatmap"])
+def test_chart_has_a_short_title_and_the_environment_in_a_caption_below(name):
+    """ch04.heatmap draws one panel of ch04.heatmaps (its caller's title is a panel title); the ladder chart
+    of the results page has its environment in the page's caption, under the image."""
+    fig = CHARTS[name]()
+    marker = None if name == "results_page.draw_chart" else "torch 2.11.0"
+    assert_titled_and_captioned(fig, marker=marker)
+    if marker is None:
+        assert not [t.get_text() for t in _texts(fig) if ENV_MARKS.search(t.get_text())]
 
 
 def test_the_old_charts_fail_the_checks():
@@ -439,24 +644,28 @@ def test_ch01_chart_cell():
                               "sdpa": _St(5.0 + i)}, None, None) for i, n in enumerate(SHAPES)]
     for fig in _run_cell(_cell("chapters/01_*/*.ipynb", "grouped_bars"), rows=rows):
         assert_legible(fig)
+        assert_titled_and_captioned(fig, titled=False)
 
 
 def test_ch02_chart_cell():
     from flashtutor.bench import ch02
     for fig in _run_cell(_cell("chapters/02_*/*.ipynb", "plot_steps"), rows=_steps_rows(CH02_STEPS), bench02=ch02):
         assert_legible(fig)
+        assert_titled_and_captioned(fig, titled=False)
 
 
 def test_ch03_chart_cell():
     from flashtutor.bench import ch03
     for fig in _run_cell(_cell("chapters/03_*/*.ipynb", "plot_steps"), rows=_steps_rows(CH03_STEPS), bench03=ch03):
         assert_legible(fig)
+        assert_titled_and_captioned(fig, titled=False)
 
 
 def test_ch04_vs_sdpa_cell():
     from flashtutor.bench import ch04
     for fig in _run_cell(_cell("chapters/04_*/*.ipynb", "plot_vs_sdpa"), table=_vs_sdpa_table(), sweep04=ch04):
         assert_legible(fig)
+        assert_titled_and_captioned(fig, titled=False)
 
 
 def test_ch06_per_seq_cell():
@@ -466,6 +675,7 @@ def test_ch06_per_seq_cell():
         r.update(event={"median_us": 1.0}, graph={"median_us": 1.0})
     for fig in _run_cell(_cell("chapters/06_*/*.ipynb", "plot_per_seq"), rows=rows, bench06=ch06):
         assert_legible(fig)
+        assert_titled_and_captioned(fig, titled=False)
 
 
 @pytest.mark.parametrize("nb_glob,call", [("chapters/04_*/*.ipynb", "sweep04.heatmaps("),

@@ -193,16 +193,17 @@ def heatmap(rows: list[dict], ax=None, title: str = ""):
 
 
 def heatmaps(sweeps: dict, env: str = "", kernel: str = "teaching kernel"):
-    """One :func:`heatmap` per sweep (`sweeps`: shape name -> rows), stacked, the book's width; the
-    environment line `env` above them. Returns the figure."""
+    """One :func:`heatmap` per sweep (`sweeps`: shape name -> rows), stacked, the book's width, under a
+    short title; the environment line `env` in the caption under them. Returns the figure."""
     from .. import plots
 
     tiles = max((len({(r["BLOCK_M"], r["BLOCK_N"]) for r in rows}) for rows in sweeps.values()), default=1)
     fig, axes = plots.figure(len(sweeps), 1, height=len(sweeps) * (1.25 + 0.36 * tiles) + 0.4, squeeze=False)
     for ax, (name, rows) in zip(axes[:, 0], sweeps.items()):
         top = best(rows)
-        heatmap(rows, ax=ax, title=f"{kernel}, {name}: median µs" + (f" (best {top[0]['label']})" if top else ""))
-    plots.env_line(fig, env)
+        heatmap(rows, ax=ax, title=name + (f" (best {top[0]['label']})" if top else ""))
+    plots.title(fig, f"The {kernel}'s tile and launch configurations: median µs")
+    plots.caption(fig, env)
     return fig
 
 
@@ -214,13 +215,14 @@ TARGET_TIME_VS_SDPA = 1 / 0.9
 def plot_vs_sdpa(table: list[dict], env: str = ""):
     """The table against SDPA (:func:`table_vs_sdpa`) as bars: each kernel's time over SDPA's per shape
     (below 1: faster than SDPA), with the lines at 1 (SDPA's time) and at the target
-    (:data:`TARGET_TIME_VS_SDPA`). Returns the figure."""
+    (:data:`TARGET_TIME_VS_SDPA`); `env`, the environment line, in the caption. Returns the figure."""
     from .. import plots
 
     names = [r["problem"].replace("B1 H16 ", "").replace("B4 H32 ", "").replace("B2 H32 ", "") for r in table]
     keys = ("teaching", "tuned, one config", "tuned")
     return plots.grouped_bars(names, {k: [r["time_vs_sdpa"][k] for r in table] for k in keys},
-                              ylabel="time / SDPA's time (below 1: faster)", log=False, env=env,
+                              ylabel="time / SDPA's time", log=False, env=env,
+                              title="Chapter 4's kernels: time over SDPA's per shape, below 1 is faster",
                               hlines=((1.0, {}), (TARGET_TIME_VS_SDPA, {"ls": "--"})))
 
 

@@ -396,10 +396,16 @@ def crossings(rows: list[dict], a="3-kernel (reference)", b="SDPA") -> list[floa
     return out
 
 
-def plot_crossover(rows, memory=None, ax=None, title=""):
+CROSSOVER_TITLE = "Chapter 5's three kernels against fused attention as S grows"
+
+
+def plot_crossover(rows, memory=None, ax=None, env="", *, title=None):
     """Time over S (log-log) for each kernel; the S where the score matrix outgrows L2 and any crossing
-    marked. `title` (the environment line) goes above the plot, wrapped, at flashtutor.plots' sizes; the
-    legend below the axes, clear of the lines."""
+    marked. A short title (:data:`CROSSOVER_TITLE`) over the plot, `env` (the environment line) in the
+    caption under it, at flashtutor.plots' sizes; the legend below the axes, clear of the lines (right of
+    them when drawn into the caller's `ax`). `title` is the older name of `env` (the line went above the
+    plot then); it is still taken, as the caption."""
+    env = env or title or ""
     from .. import plots
     own = ax is None
     if own:
@@ -427,16 +433,17 @@ def plot_crossover(rows, memory=None, ax=None, title=""):
                     ha="right" if right else "left", va="top")
     ax.set_xlabel("sequence length S (B=1, H=16, D=64)", fontsize=plots.NORMAL)
     bases = {r.get("basis", "events") for r in rows if "us" in r}
-    ylabel = ("GPU µs per call (graph-replayed, L2 flushed)" if bases == {"graph"}
-              else "µs per call (L2 flushed; graph-replayed or event-timed, per row)")
-    ax.set_ylabel(ylabel, fontsize=plots.NORMAL)
+    how = ("GPU µs per call, graph-replayed, L2 flushed" if bases == {"graph"}
+           else "µs per call, L2 flushed, graph-replayed or event-timed (per row)")
+    ax.set_ylabel("GPU µs per call" if bases == {"graph"} else "µs per call", fontsize=plots.NORMAL)
     ax.grid(True, which="both", alpha=0.3)
     if own:
         plots.legend(ax, where="below", ncol=2)
-        plots.env_line(fig, title)
+        plots.title(fig, CROSSOVER_TITLE)
     else:
         plots.legend(ax, where="right")
-        plots.title(ax, title, width_chars=70)
+        plots.title(ax, CROSSOVER_TITLE)
+    plots.caption(ax.figure, " · ".join(x for x in (how, env) if x))
     return ax
 
 
@@ -561,7 +568,7 @@ def run(r) -> int:
         try:
             import matplotlib
             matplotlib.use("Agg")
-            ax = plot_crossover(results["crossover"], results.get("memory"), title=describe_line())
+            ax = plot_crossover(results["crossover"], results.get("memory"), env=describe_line())
             ax.figure.savefig(r.side("crossover05", ".png"), bbox_inches="tight")
         except Exception as e:
             log(f"  (plot failed: {e})")

@@ -330,11 +330,18 @@ def claims(rows, launch_rows=None) -> list[str]:
     return out
 
 
-def plot_per_seq(rows, key="graph", title=""):
+_BASIS = {"graph": "graph-replayed", "event": "event-timed", "graph_warm": "graph-replayed, warm L2"}
+
+
+def plot_per_seq(rows, key="graph", env="", *, title=None):
     """µs per sequence against B, one panel per S of the grid (three to a row): every step, and the HBM
-    floor; one legend under the panels, `title` (the basis and the environment line) above them, at
-    flashtutor.plots' sizes and the book's width."""
+    floor; a short title over the panels (with the basis, `key`), one legend under them, and `env` (how
+    the times were taken and the environment line) in the caption under that, at flashtutor.plots' sizes
+    and the book's width. `title` is the older name of `env` (the line went above the panels then); it
+    is still taken, as the caption."""
     from .. import plots
+
+    env = env or title or ""
 
     grid = [r for r in rows if r["B"] > 1]
     Ss = sorted({r["S"] for r in grid})
@@ -365,7 +372,9 @@ def plot_per_seq(rows, key="graph", title=""):
     for row in axes:
         row[0].set_ylabel("µs per sequence", fontsize=plots.NORMAL)
     plots.legend(fig, where="below", ncol=4)
-    plots.env_line(fig, title)
+    basis = _BASIS.get(key, key)
+    plots.title(fig, f"Time per sequence as B grows, per S ({basis})")
+    plots.caption(fig, env)
     return fig
 
 

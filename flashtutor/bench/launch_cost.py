@@ -312,10 +312,13 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], title: str = ""):
+def plot(rows: list[dict], env: str = "", *, title: str | None = None):
     """Top: host issue time, GPU time per call and per graph node for every call. Bottom: a Triton
     launch's host time against its number of arguments. The book's width, flashtutor.plots' sizes,
-    legends outside the axes, `title` (the environment line) above."""
+    legends outside the axes, a short title over the panels, `env` (the environment line) in the caption
+    under them. `title` is the older name of `env` (the line went above the panels then); it is still
+    taken, as the caption."""
+    env = env or title or ""
     import numpy as np
 
     from .. import plots
@@ -349,5 +352,6 @@ def plot(rows: list[dict], title: str = ""):
         ax2.set_ylim(bottom=0)
         plots.legend(ax2, where="right")
         ax2.grid(alpha=0.3)
-    plots.env_line(fig, title or "What a call costs")
+    plots.title(fig, "What a call costs: the host's time to issue it and the GPU's")
+    plots.caption(fig, env)
     return fig

@@ -178,11 +178,12 @@ def markdown(rows: list[dict], *, columns=("median", "spread", "vs SDPA", "% flo
     return "\n".join(lines)
 
 
-def plot_steps(rows: list[dict], order=None, env: str = "", colors: dict | None = None):
+def plot_steps(rows: list[dict], order=None, env: str = "", colors: dict | None = None,
+               title: str = "Each step against SDPA: µs per call, per shape"):
     """The steps table as bars: median µs per call (log scale) for each shape, one bar per step, in
     `order` (default: as the rows name them; steps absent from every shape left out). The book's width,
-    flashtutor.plots' sizes, the legend right of the axes, `env` (the environment line) above.
-    Returns the figure."""
+    flashtutor.plots' sizes, the legend outside the axes, `title` (one short line) above the bars and `env`
+    (the environment line) in the caption under them. Returns the figure."""
     from .. import plots
     med, probs = {}, []
     for r in rows:
@@ -194,7 +195,7 @@ def plot_steps(rows: list[dict], order=None, env: str = "", colors: dict | None 
     present = [s for s in order if any((p, s) in med for p in probs)]
     return plots.grouped_bars([p.replace(" D64", "") for p in probs],
                               {s: [med.get((p, s)) for p in probs] for s in present},
-                              ylabel="µs per call (median, log)", env=env, colors=colors)
+                              ylabel="µs per call (median, log)", env=env, title=title, colors=colors)
 
 
 def _us(x: float) -> str:

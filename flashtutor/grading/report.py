@@ -441,8 +441,9 @@ class Report:
     def chart(self):
         """Bars of GPU time per call, yours vs SDPA (and the reference or baseline), per timed shape, with the
         p10-p90 spread of the rounds; drawn by flashtutor.plots' rules (7.2 in wide, no text below 9 pt on the
-        page, legend outside the bars, the GPU and date as a wrapped line above). A log axis only when the
-        times span more than a decade: inside one, log bars from an arbitrary floor misstate their ratios."""
+        page, legend outside the bars, a one-line title over them, and how the times were taken with the
+        machine (:meth:`env_line`) in the caption under them). A log axis only when the times span more than a
+        decade: inside one, log bars from an arbitrary floor misstate their ratios."""
         rows = [x for x in self.timings if x.times]
         if not rows:
             return None
@@ -465,17 +466,17 @@ class Report:
             ax.set_yscale("log")
         ax.set_ylabel("GPU µs per call" + (" (log)" if log else ""), fontsize=plots.NORMAL)
         ax.set_xticks([j + w * (len(series) - 1) / 2 for j in range(len(rows))])
-        dims = {x.problem.rsplit(" D", 1)[-1] for x in rows}          # one head dim: said once, above the bars
+        dims = {x.problem.rsplit(" D", 1)[-1] for x in rows}          # one head dim: said once, in the caption
         ax.set_xticklabels([x.problem.rsplit(" D", 1)[0] if len(dims) == 1 else x.problem for x in rows],
                            rotation=30, ha="right", rotation_mode="anchor", fontsize=plots.SMALL)
         ax.grid(axis="y", alpha=0.3, which="major")
         ax.set_axisbelow(True)
         plots.legend(ax, where="right")
         basis = {x.basis for x in rows}
-        plots.env_line(fig, f"chapter {self.chapter}: GPU time per call"
-                            + (", graph-replayed" if basis == {"graph"} else "")
-                            + (f", D = {next(iter(dims))}" if len(dims) == 1 else "")
-                            + f" · {self.env.get('gpu') or 'this GPU'} · {self.env.get('date', '')}")
+        plots.title(fig, f"Chapter {self.chapter}: your kernel's GPU time per call against SDPA's")
+        how = ("median GPU time per call" + (", graph-replayed" if basis == {"graph"} else "")
+               + ", whiskers from the 10th to the 90th percentile" + (f", D = {next(iter(dims))}" if len(dims) == 1 else ""))
+        plots.caption(fig, f"{how} · {self.env_line()}")
         return fig
 
 
