@@ -353,11 +353,13 @@ def section_ladder(res: Results) -> str:
            "sources under each table give the verdict each report reached under the rule it was graded with.", ""]
     why = host_cost_note(res)
     if why:
-        out += [why, ""]
+        out += [dropdown("Why the host column is several times a plain launch's cost", [why]), ""]
     for gpu, gpu_name in GPUS:
         rows = ladder_rows(res, gpu)
         name = next((r["env"].get("gpu") for r in rows if r.get("env", {}).get("gpu")), gpu_name)
-        out += [f"### {name}", "", env_line(rows), "", ladder_table(rows), "", "Sources:", "", ladder_sources(rows), ""]
+        out += [f"### {name}", "", env_line(rows), "", ladder_table(rows), "",
+                dropdown(f"Sources: the grade reports behind the {name} tables, and their own verdicts",
+                         [ladder_sources(rows)]), ""]
     return "\n".join(out)
 
 
@@ -433,7 +435,12 @@ def ladder_chart_data(res: Results) -> dict:
 
 def _short_title(key: str) -> str:
     return {"01": "naive", "02": "tiling", "03": "WMMA", "04": "Triton", "05": "CUTLASS", "06": "batching",
-            "07": "Hopper"}.get(key, CHAPTERS[key].title.split(":")[0])
+            "07": "Hopper", "08": "backward"}.get(key, CHAPTERS[key].title.split(":")[0])
+
+
+def drawn_chapters(data: dict) -> list[str]:
+    """The chapters the chart draws: those with a timing on the grader's basis on some GPU."""
+    return [k for k in CHAPTERS if any(k in data[g]["solution"] or k in data[g]["best"] for g in data)]
 
 
 CHART_TITLE = "The ladder: each chapter's time ÷ SDPA's"
@@ -480,7 +487,7 @@ def draw_chart(data: dict):
 
     from . import plots
     fig, ax = plots.figure(height=4.2)
-    keys = list(CHAPTERS)
+    keys = drawn_chapters(data)
     ax.axhline(1.0, color="black", lw=1.0, ls="--", zorder=1)
     ax.text(-0.45, 1.0, "SDPA", ha="left", va="bottom", fontsize=plots.SMALL)
     _markers(ax, data, keys, labels=True, size=6)
@@ -510,7 +517,7 @@ def draw_chart(data: dict):
         ins.yaxis.set_major_locator(MultipleLocator(0.2))
         ins.grid(axis="y", alpha=0.3)
         ins.set_axisbelow(True)
-    plots.title(ax, CHART_TITLE)
+    plots.title(fig, CHART_TITLE)          # the machines, versions and dates: in the page's caption, under it
     plots.legend(ax, where="below", ncol=2)
     return fig
 
@@ -539,8 +546,15 @@ def _cell(st: dict | None) -> str:
     return f"{ratio(st['median'])}{rng}"
 
 
+def _chapters(keys: list[str]) -> str:
+    names = [f"{int(k)} ({CHAPTERS[k].title.split(':')[0]})" for k in keys]
+    return ("chapter " if len(names) == 1 else "chapters ") + (" and ".join(names) if len(names) <= 2
+                                                              else ", ".join(names[:-1]) + " and " + names[-1])
+
+
 def section_chart(res: Results) -> tuple[str, str]:
-    """(the figure with its caption, which opens the page; the table of the numbers it draws)."""
+    """(the figure with its caption, which opens the page; the table of the numbers it draws, and the files
+    behind both in a collapsed block)."""
     data = ladder_chart_data(res)
     gpus = list(data)
     best_files = {g: sorted({st["file"] for k, st in data[g]["best"].items() if k != "01"}) for g in gpus}
@@ -548,23 +562,20 @@ def section_chart(res: Results) -> tuple[str, str]:
     no7c = [data[g]["name"] for g in gpus if "07" not in data[g]["best"]]
     runs = "; ".join(f"{srcs(best_files[g], code=True)} ({data[g]['name']})" for g in gpus if best_files[g])
     shapes7 = next((data[g]["best"]["07"]["n"] for g in gpus if "07" in data[g]["best"]), 0)
+    undrawn = [k for k in CHAPTERS if k not in drawn_chapters(data)]
     caption = (
         "Each marker is the median, over the shapes the grader times for that chapter, of a kernel's GPU time per call "
         "divided by SDPA's (timed in the same rounds); its bar runs from the lowest to the highest of those ratios. "
         "Below the dashed line at 1 the kernel is faster than SDPA; the inset repeats the chapters near it on a "
-        "linear scale. Filled circles: the chapter's solution, from the "
-        "grader's newest report per chapter and GPU (" + "; ".join(srcs(data[g]["files"], code=True) for g in gpus)
-        + "), timed with calls queued back to back, chapter 6 with both sides replayed from CUDA graphs (its rule's basis). "
+        "linear scale. Filled circles: the chapter's solution, from the grader's newest report per chapter and GPU, "
+        "calls queued back to back (chapter 6: both sides replayed from CUDA graphs, its rule's basis). "
         "Open diamonds: the chapter's best step where it is not the solution, on the same basis: 1a, chapter 1's "
-        "reference, timed in the same grade reports as its solution; 7c, the course's fastest kernel, from the chapter 7 "
-        f"benchmark run the grader's way (calls back to back, SDPA alternating) at the {shapes7} of the grader's shapes "
-        "it timed back to back (the run replayed the seed shape from a CUDA graph: another basis, left out)"
-        + (f": {runs}" if runs else "") + (f"; no such run on the {', '.join(no7c)}" if no7c else "") + ". "
-        "Chapters 2, 5 and 6: the solution is the chapter's last step. Chapters 3 and 4 have later steps (3b and 3c; "
-        "4b, tuned for Hopper) that no results file times the grader's way (only one call at a time, event-timed or "
-        "graph-replayed), so they are not drawn. " + env + ".")
-    out = [f"```{{figure}} {CHART}", ":name: results-ladder", f":alt: {CHART_TITLE}, per chapter, H100 and H200, "
-           "log scale", ":width: 100%", "", caption, "```", ""]
+        "reference; 7c, the course's fastest kernel" + (f" (no such run on the {', '.join(no7c)})" if no7c else "")
+        + ". Steps 3b, 3c and 4b have no timing on the grader's basis and are not drawn"
+        + (f"; nor is {_chapters(undrawn)}, with no grade report in results/ yet" if undrawn else "")
+        + ". The files behind every marker are listed under the table that follows. " + env + ".")
+    figure = [f"```{{figure}} {CHART}", ":name: results-ladder", f":alt: {CHART_TITLE}, per chapter, H100 and H200, "
+              "log scale", ":width: 100%", "", caption, "```", ""]
     table = ["| chapter | kernel | " + " | ".join(data[g]["name"] for g in gpus) + " | timed shapes |",
              "|---|---|" + "---|" * len(gpus) + "---|"]
     for key in CHAPTERS:
@@ -580,15 +591,32 @@ def section_chart(res: Results) -> tuple[str, str]:
             n = sorted({f"{st['n']}, {st['basis']}" for st in sts.values() if st})
             cells = " | ".join(_cell(sts[g]) for g in gpus)
             if not any(sts.values()):
-                cells = " | ".join("no timing on the grader's basis" for _ in gpus)
+                cells = " | ".join("no grade report in results/" if i == 0 and res.newest(key, g)[0] is None
+                                   else "no timing on the grader's basis" for g in gpus)
             out_n = "; ".join(n) or "—"
             table.append(f"| {ch if i == 0 else ''} | {what} | {cells} | {out_n} |")
-    out += ["The chart's numbers: each kernel's time ÷ SDPA's, the median over the timed shapes with the lowest and "
+    text = ["The chart's numbers: each kernel's time ÷ SDPA's, the median over the timed shapes with the lowest and "
             "highest in brackets, and how many shapes on which basis (*stream*: calls queued back to back; *graph*: "
             "replayed from CUDA graphs). The solutions' numbers are the grader's reports; "
-            "step 7c's, and step 7b's beside it, are the chapter 7 benchmark's run named in the caption.", ""]
-    figure, text = out[:8], out[8:]
-    return "\n".join(figure), "\n".join(["## The ladder at a glance", ""] + text + table + [""])
+            "step 7c's, and step 7b's beside it, are the chapter 7 benchmark's run named under the table.", ""]
+    files = ("Filled circles, the solutions: " + "; ".join(f"{srcs(data[g]['files'], code=True)} ({data[g]['name']})"
+                                                          for g in gpus)
+             + ". Step 1a: chapter 1's reference, timed in the same grade reports as its solution. Step 7c, and step "
+             "7b beside it in the table: the chapter 7 benchmark run the grader's way (calls back to back, SDPA "
+             f"alternating), at the {shapes7} of the grader's shapes it timed back to back (the run replayed the seed "
+             "shape from a CUDA graph: another basis, left out)" + (f": {runs}" if runs else "")
+             + (f"; no such run on the {', '.join(no7c)}" if no7c else "") + ". "
+             "Chapters 2, 5 and 6: the solution is the chapter's last step. Chapters 3 and 4 have later steps (3b "
+             "and 3c; 4b, tuned for Hopper) that no results file times the grader's way (only one call at a time, "
+             "event-timed or graph-replayed), so they are not drawn.")
+    glance = ["## The ladder at a glance", ""] + text + table + ["", dropdown("The files behind the chart and this table",
+                                                                           [files]), ""]
+    return "\n".join(figure), "\n".join(glance)
+
+
+def dropdown(title: str, body: list[str]) -> str:
+    """A block the page shows collapsed, under its one-line `title` (sphinx-design's dropdown)."""
+    return "\n".join([f":::{{dropdown}} {title}", "", *body, "", ":::"])
 
 
 # ---------------------------------------------------------------- section 2: events vs GPU time ----
@@ -708,16 +736,16 @@ def section_events(res: Results) -> str:
         return "\n".join(out + ["No pair of measurements in results/.", ""])
     # Eight narrow columns (ten, with both files and the ranges, were twice the page's width); the files and
     # ranges follow the table, by row number.
-    out += ["| # | shape | what was timed | events (old) | GPU time (new) | old − new | old / new "
-            "| host µs a call (new) |", "|---|---|---|---|---|---|---|---|"]
+    table = ["| # | shape | what was timed | events (old) | GPU time (new) | old − new | old / new "
+             "| host µs a call (new) |", "|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         host = sig(r['host']) if r["host"] is not None else "—"
-        out.append(f"| {i} | {shape(r['problem'])} | {r['what']} | {us(r['old_us'])} | {us(r['new_us'])} *{r['basis']}* "
-                   f"| {signed(r['diff_us'])} µs | {ratio(r['old_over_new'])} | {host} |")
-    out += ["", "The files, by row (old; new):", ""]
-    out += [f"{i}. {r['old']}, {src(r['old_file'], False)}; {r['new']}, {src(r['new_file'], False)}"
-            for i, r in enumerate(rows, 1)]
-    out.append("")
+        table.append(f"| {i} | {shape(r['problem'])} | {r['what']} | {us(r['old_us'])} | {us(r['new_us'])} *{r['basis']}* "
+                     f"| {signed(r['diff_us'])} µs | {ratio(r['old_over_new'])} | {host} |")
+    table += ["", "The files, by row (old; new):", ""]
+    table += [f"{i}. {r['old']}, {src(r['old_file'], False)}; {r['new']}, {src(r['new_file'], False)}"
+              for i, r in enumerate(rows, 1)]
+    out += [dropdown(f"The {len(rows)} pairs, row by row, with their files", table), ""]
     for at in (SEED_SHAPE, BIG_SHAPE):
         mine = [r for r in rows if r["problem"] == at]
         if not mine:
@@ -1171,19 +1199,22 @@ def section_claims(res: Results) -> str:
            f"within {100 * (TOL - 1):.0f}% of the claimed figure or better than it, **does not hold** otherwise, and is **not measured "
            "yet** when no file in `results/` tests it. Where the measurement is a range over several shapes, the claim "
            "must hold on every one of them: its least favourable end is compared. Seed `004`'s own figures come from an L4 GPU (its headroom "
-           "section says so), so its gains are set against gains measured on Hopper. The last column links the chapter that discusses the claim.", "",
-           "| seed | the claim | what the course measured (and from which files) | verdict | discussed in |",
-           "|---|---|---|---|---|"]
+           "section says so), so its gains are set against gains measured on Hopper. The last column links the chapter that discusses the claim.", ""]
+    table = ["| seed | the claim | what the course measured (and from which files) | verdict | discussed in |",
+             "|---|---|---|---|---|"]
     found = []
     for c in CLAIMS:
         f = c.measure(res)
-        found.append(f.verdict)
+        found.append((c, f.verdict))
         files = f" (from {srcs(f.sources)})" if f.sources else ""
-        out.append(f"| `{c.seed[:3]}` | “{c.quote}” | {f.measured}{files} | **{f.verdict}** | {where(c)} |")
-    counts = {v: found.count(v) for v in (HOLDS, FAILS, UNMEASURED)}
-    out += ["", f"Of {len(CLAIMS)} claims: {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
-            f"{counts[UNMEASURED]} are not measured yet. The seeds: "
-            + ", ".join(f"`{s[:3]}` = `{s}`" for s in (S000, S001, S002, S003, S004)) + ".", ""]
+        table.append(f"| `{c.seed[:3]}` | “{c.quote}” | {f.measured}{files} | **{f.verdict}** | {where(c)} |")
+    verdicts = [v for _, v in found]
+    counts = {v: verdicts.count(v) for v in (HOLDS, FAILS, UNMEASURED)}
+    holding = "; ".join(f"“{c.quote}”" for c, v in found if v == HOLDS)
+    out += [f"Of {len(CLAIMS)} claims: {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
+            f"{counts[UNMEASURED]} are not measured yet." + (f" The ones that hold: {holding}." if holding else ""), "",
+            dropdown(f"The {len(CLAIMS)} claims, each with what the course measured and its verdict", table), "",
+            "The seeds: " + ", ".join(f"`{s[:3]}` = `{s}`" for s in (S000, S001, S002, S003, S004)) + ".", ""]
     return "\n".join(out)
 
 

@@ -11,7 +11,10 @@
   one of three verdicts, and only files that exist in results/ named as sources;
 * the ladder chart: the page opens with it, the committed SVG is what the results give (and changes with them),
   its numbers are each kernel's time over SDPA's recomputed from the JSON, chapter 7 shows step 7b (the
-  solution) and step 7c (the best step);
+  solution) and step 7c (the best step); a chapter with no grade report yet is said so, not drawn;
+* the page fits a reader: the long material (the sources lists, the event-timed pairs row by row, the seed
+  claims' table) is folded into collapsed blocks, the ladder's tables are not, and what shows unfolded is
+  short (a negative control: the same page unfolded fails);
 * no number on the page has more than 3 significant digits, and every ratio to SDPA is the kernel's time over
   SDPA's (both checks fed a bad line too, to show they can fail).
 """
@@ -76,10 +79,18 @@ def _rows(section: str) -> list[list[str]]:
             if line.startswith("| ") and not line.startswith("|---")]
 
 
+def _grades(gpu: str, key: str, folder: Path = RESULTS) -> list[Path]:
+    return sorted(p for p in folder.glob(f"grade{key}-solution-{gpu}-*.json")
+                  if re.fullmatch(rf"grade{key}-solution-{gpu}-\d{{4}}-\d\d-\d\d\.json", p.name))
+
+
 def _newest(gpu: str, key: str, folder: Path = RESULTS) -> Path:
-    names = sorted(p for p in folder.glob(f"grade{key}-solution-{gpu}-*.json")
-                   if re.fullmatch(rf"grade{key}-solution-{gpu}-\d{{4}}-\d\d-\d\d\.json", p.name))
-    return names[-1]
+    return _grades(gpu, key, folder)[-1]
+
+
+def _graded(gpu: str) -> list[str]:
+    """The chapters with a grade report of their solution on ``gpu`` (a new chapter may have none yet)."""
+    return [key for key in CHAPTERS if _grades(gpu, key)]
 
 
 def _ladder_row(page: str, gpu: str, key: str) -> list[str]:
@@ -110,7 +121,12 @@ def test_the_page_is_in_the_table_of_contents():
 
 @pytest.mark.parametrize("gpu", sorted(GPUS))
 def test_ladder_cells_recomputed_from_the_json(page, gpu):
+    assert len(_graded(gpu)) >= 7
     for key in CHAPTERS:
+        if key not in _graded(gpu):           # no report yet: the row says so, with nothing else in it
+            rows = [r for r in _rows(_section(_plain(page), f"### {GPUS[gpu]}")) if re.match(rf"\{{doc\}}`{key} ", r[0])]
+            assert rows and rows[0][1] == "no grade report in results/" and rows[0][2:4] == ["", ""], rows
+            continue
         d = json.loads(_newest(gpu, key).read_text())
         t = next(x for x in d["timings"] if x["problem"] == SEED)
         me, sd = t["times"]["learner"], t["times"]["sdpa"]
@@ -136,7 +152,7 @@ def test_ladder_cells_recomputed_from_the_json(page, gpu):
 
 def test_environment_line_from_the_reports(page):
     for gpu in GPUS:
-        envs = [json.loads(_newest(gpu, k).read_text())["env"] for k in CHAPTERS]
+        envs = [json.loads(_newest(gpu, k).read_text())["env"] for k in _graded(gpu)]
         line = _section(page, f"### {GPUS[gpu]}").strip().splitlines()[0]
         for field in ("driver", "torch"):
             for v in {e[field] for e in envs}:
@@ -163,7 +179,7 @@ def _numbers_of(obj, out: set[str]) -> set[str]:
 def test_every_number_in_the_ladder_tables_comes_from_a_results_file(page):
     allowed: set[str] = set()
     for gpu in GPUS:
-        for key in CHAPTERS:
+        for key in _graded(gpu):
             _numbers_of(json.loads(_newest(gpu, key).read_text()), allowed)
     for ch in CHAPTERS.values():      # the speed rules' bounds
         for v in (ch.speed.max_ratio_vs_sdpa, ch.speed.min_speedup_vs):
@@ -308,9 +324,11 @@ def test_the_page_opens_with_the_chart(page):
     for gpu in GPUS.values():                                          # the GPUs, versions and dates: in the caption
         assert gpu in caption
     assert "driver" in caption and "torch" in caption and re.search(r"\d{4}-\d\d-\d\d", caption)
-    for gpu in GPUS:                                                  # and the files it draws
-        assert f"-solution-{gpu}-" in caption
-    assert rp.ladder_chart_data(rp.Results(RESULTS))["h100"]["best"]["07"]["file"] in caption
+    files = _plain(_section(page, "## The ladder at a glance"))          # the files it draws: under its table
+    for gpu in GPUS:
+        for key in _graded(gpu):
+            assert re.search(rf"grade(?:{key}|\{{[\d,]*\b{key}\b[\d,]*\}})-solution-{gpu}-", files), (gpu, key)
+    assert rp.ladder_chart_data(rp.Results(RESULTS))["h100"]["best"]["07"]["file"] in files
     svg = (PAGE.parent / rp.CHART).read_text()
     assert rp.CHART_TITLE in svg and "SDPA" in svg
     texts = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", svg))
@@ -325,8 +343,11 @@ def test_the_committed_chart_is_what_the_results_give_and_changes_with_them(resu
 
 @pytest.mark.parametrize("gpu", sorted(GPUS))
 def test_chart_numbers_are_yours_over_sdpa_recomputed_from_the_json(gpu):
-    data = rp.ladder_chart_data(rp.Results(RESULTS))[gpu]
-    for key in CHAPTERS:
+    everything = rp.ladder_chart_data(rp.Results(RESULTS))
+    data = everything[gpu]
+    ungraded = [k for k in CHAPTERS if not any(_grades(g, k) for g in GPUS)]
+    assert rp.drawn_chapters(everything) == [k for k in CHAPTERS if k not in ungraded]     # no empty slot drawn
+    for key in _graded(gpu):
         d = json.loads(_newest(gpu, key).read_text())
         mine = [t["times"]["learner"]["median_us"] / t["times"]["sdpa"]["median_us"] for t in d["timings"]
                 if t.get("times")]
@@ -353,10 +374,75 @@ def test_chapter_7_shows_the_solution_7b_and_the_best_step_7c(page):
           if r["kind"] == "stream" and r["problem"] in graded and r["basis"] == "back-to-back"]
     assert ch7[1][2] == f"{_sig(statistics.median(xs))}× ({_sig(min(xs))}–{_sig(max(xs))})", ch7[1]
     assert ch7[1][3] == "not timed"                      # no chapter-7 run on the H200: said, not drawn
-    assert runs[-1].name in _plain(page.split("\n```\n")[0])     # the caption names the run
+    assert runs[-1].name in text                          # the files under the table name the run
     d7 = json.loads(_newest("h100", "07").read_text())
     sol = [t["ratio"] for t in d7["timings"]]
     assert ch7[0][2].startswith(f"{_sig(statistics.median(sol))}×")
+
+
+# ---------------------------------------------------------------- the page fits a reader ----------
+def _blocks(page: str) -> tuple[str, list[tuple[str, str]]]:
+    """(what shows unfolded, [(title, body)] of every collapsed block); fails on an unclosed block, a block in a
+    block, or a heading inside one (a folded heading would vanish from the page's contents)."""
+    shown, blocks, inside = [], [], None
+    for line in page.splitlines():
+        if line.startswith(":::{dropdown}"):
+            assert inside is None, "a block in a block"
+            inside = (line.split("}", 1)[1].strip(), [])
+        elif line == ":::" and inside is not None:
+            blocks.append((inside[0], "\n".join(inside[1])))
+            inside = None
+        elif inside is not None:
+            assert not line.startswith("#"), f"a heading folded away: {line}"
+            inside[1].append(line)
+        else:
+            shown.append(line)
+    assert inside is None, "a block is not closed"
+    return "\n".join(shown), blocks
+
+
+def folding_problems(page: str) -> list[str]:
+    """What a reader would have to scroll through: long material unfolded, or the ladder's tables folded away."""
+    shown, blocks = _blocks(page)
+    out = []
+    rows = [line for line in shown.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    if len(rows) > 60:
+        out.append(f"{len(rows)} table rows unfolded")
+    words = len(re.sub(r"<!--.*?-->", "", shown, flags=re.S).split())
+    if words > 4000:
+        out.append(f"{words} words unfolded")
+    claims = _section(shown, "## Appendix: seed claims vs measured")
+    if any(line.startswith("| `00") for line in claims.splitlines()):
+        out.append("the seed claims' table is unfolded")
+    if re.search(r"^\* chapter \d\d: ", shown, re.M):
+        out.append("a sources list is unfolded")
+    if re.search(r"^\d+\. .*results/", shown, re.M):
+        out.append("the event-timed pairs' files are unfolded")
+    for gpu in GPUS.values():                   # the ladder's tables: unfolded, under their GPU's heading
+        if not [r for r in _rows(_section(shown, f"### {gpu}")) if r[0].startswith("{doc}`")]:
+            out.append(f"the {gpu} ladder tables are folded away")
+    if not _rows(_section(shown, "## The ladder at a glance")):
+        out.append("the chart's table is folded away")
+    return out
+
+
+def test_the_long_material_is_folded(page):
+    assert folding_problems(page) == []
+    shown, blocks = _blocks(page)
+    titles = [t for t, _ in blocks]
+    assert len(blocks) >= 5 and all(t and len(t) <= 90 for t in titles), titles
+    assert any("claims" in t for t, _ in blocks) and sum("Sources" in t for t in titles) == len(GPUS)
+    for _, body in blocks:
+        assert body.strip()
+
+
+def test_the_folding_check_fails_on_the_page_unfolded(page):
+    unfolded = "\n".join(line for line in page.splitlines() if not line.startswith(":::"))
+    problems = folding_problems(unfolded)
+    assert "the seed claims' table is unfolded" in problems and "a sources list is unfolded" in problems
+    assert "the event-timed pairs' files are unfolded" in problems
+    with pytest.raises(AssertionError):
+        _blocks(page.replace("\n:::\n", "\n", 1))                     # a block left open
 
 
 # ---------------------------------------------------------------- precision and direction ---------
