@@ -160,10 +160,12 @@ def explain(failed: list, passed: list, causal: bool) -> str:
     if names == {"dk"} or names == {"dq", "dk"}:
         return ("dV is right but dK (and dQ) are not: dS — the softmax correction P ∘ (dP − delta), delta = rowsum(dO "
                 "∘ O) — or the scale on dS")
+    if {"dq", "dk", "dv"} <= names:
+        return ("every gradient is wrong, so P itself is: recompute it from the lse you are given (natural log: "
+                "P = e^(s − lse), s the scaled scores), not from one kept from a forward call, and check the scale on "
+                "the scores" + (" and the causal mask in both loops" if causal else ""))
     if {"dk", "dv"} <= names and causal:
         return "dK and dV are wrong on a causal case: the causal mask (or the diagonal block) in the dK/dV loop?"
-    if {"dq", "dk", "dv"} <= names:
-        return "every gradient is wrong: P recomputed wrongly (the lse used, its base, the scale on the scores)?"
     return ""
 
 

@@ -259,9 +259,8 @@ class Judge:
 
     def _setup_device(self, checks, timed) -> tuple:
         import torch
-        largest = max([p for p, _ in checks] + timed, key=lambda p: p.B * p.H * p.S * p.D)
         from .protocol import slot_elems
-        need = slot_elems(largest.shape, self.ch.mode)
+        need = max(slot_elems(p.shape, self.ch.mode) for p in [p for p, _ in checks] + timed)   # the largest slot
         if self.device == "cuda":
             free = torch.cuda.mem_get_info()[0]
             budget = min(ARENA_MAX_BYTES, free // 6)

@@ -1,0 +1,53 @@
+"""Chapter 8 graded by the grader on the CPU (Triton's interpreter, the 'cpu' set): the solution passes, the stub
+fails as unfinished, and each backward-pass bug of the corpus (tests/adversarial/ch08_mutations.py) fails with the
+cause and the explanation it should get. The same cases run on a GPU in the GPU tier (tests/test_gpu.py)."""
+from __future__ import annotations
+
+import pytest
+
+from adversarial.ch08_mutations import MUTATIONS, materialize
+from flashtutor import exercises, grade
+from flashtutor.chapters import get_chapter
+
+CH = get_chapter("08")
+
+
+def _grade(path):
+    return grade("08", path, device="cpu", sets=("cpu",), progress=False)
+
+
+def test_the_solution_passes_on_the_cpu():
+    r = _grade(CH.solution_path())
+    assert r.verdict == "pass", r.failures
+    assert len(r.checks) == 10 and all(c.ok for c in r.checks)
+    assert "backward(q, k, v, o, lse, do) on the grader's own o and lse" in " ".join(r.method)
+
+
+def test_the_stub_fails(tmp_path):
+    path = tmp_path / "attention.py"
+    path.write_text(exercises.stub(CH.solution_path().read_text(encoding="utf-8"), str(CH.solution_path())),
+                    encoding="utf-8")
+    r = _grade(path)
+    assert r.verdict == "fail" and not any(c.ok for c in r.checks)
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_a_backward_bug_gets_its_verdict(tmp_path, name):
+    causes, says, _, what = MUTATIONS[name]
+    r = _grade(materialize(name, tmp_path / name))
+    assert r.verdict == "fail", (name, what)
+    got = {str(c.cause) for c in r.checks if not c.ok}
+    assert got and got <= causes, (name, got)
+    assert says in "\n".join(r.failures), (name, r.failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_a_backward_bug_gets_its_verdict_on_the_gpu(tmp_path, name):
+    """The same bugs on a GPU, on the chapter's odd set (B and H > 1, S = 1, 113, 1023, both head dims)."""
+    causes, says, _, what = MUTATIONS[name]
+    r = grade("08", materialize(name, tmp_path / name), device="cuda", sets=("odd",), timing=False, progress=False)
+    assert r.verdict == "fail", (name, what)
+    got = {str(c.cause) for c in r.checks if not c.ok}
+    assert got and got <= causes, (name, got, r.failures)
+    assert says in "\n".join(r.failures), (name, r.failures)
