@@ -28,6 +28,10 @@ from typing import Callable
 from .bench.tables import paired_times
 from .chapters import CHAPTERS, ROOT, STEPS
 
+# The chapters whose grade reports time attention's forward against SDPA's forward: the claims about SDPA's time
+# and the per-call measurements read only these (chapter 8's reports time the backward against SDPA's backward).
+FORWARD = tuple(k for k, c in CHAPTERS.items() if c.mode == "forward")
+
 RESULTS = ROOT / "results"
 PAGE = ROOT / "book" / "results.md"
 CHART = "figures/results_ladder.svg"    # the ladder chart, relative to the page (book/figures/)
@@ -233,8 +237,9 @@ def ladder_rows(res: Results, gpu: str) -> list[dict]:
     rows = []
     for key, ch in CHAPTERS.items():
         name, rep = res.newest(key, gpu)
-        row = {"key": key, "chapter": f"{{doc}}`{key} {ch.title.split(':')[0]} <{chapter_doc(key)}>`", "file": name, "older": res.grades(key, gpu)[:-1],
-               "rule": rule_text(key)}
+        title = ch.title.split(':')[0] + (" (its backward against SDPA's backward)" if ch.mode == "backward" else "")
+        row = {"key": key, "chapter": f"{{doc}}`{key} {title} <{chapter_doc(key)}>`", "file": name,
+               "older": res.grades(key, gpu)[:-1], "rule": rule_text(key)}
         t = timing(rep, SEED_SHAPE) if rep else None
         ts = timed(rep) if rep else []
         if t is None or not ts:
@@ -668,7 +673,7 @@ def old_measurements(res: Results) -> list[dict]:
 def new_measurements(res: Results, gpu: str = "h200") -> dict[tuple[str, str], list[dict]]:
     """The grader's GPU time per call in the newest reports: {(ident, problem): [{file, chapter, m, basis}]}."""
     out: dict[tuple[str, str], list[dict]] = {}
-    for key in CHAPTERS:
+    for key in FORWARD:
         name, rep = res.newest(key, gpu)
         if not rep or name.endswith(f"{_OLD_DATE}.json"):
             continue
@@ -821,7 +826,7 @@ def claim_triton_matched(res: Results) -> Finding:
 
 def claim_sdpa_23us(res: Results) -> Finding:
     times, files = [], []
-    for key in CHAPTERS:
+    for key in FORWARD:
         name, rep = res.newest(key, "h100")
         t = timing(rep, SEED_SHAPE) if rep else None
         if t and t.get("basis") == "stream":
@@ -846,7 +851,7 @@ def claim_launch_overhead(res: Results) -> Finding:
     share = {who: gaps[who] / t["stats"][who]["median_us"] for who in gaps}
     hosts, files = [], [name]
     for gpu, _ in GPUS:
-        for key in CHAPTERS:
+        for key in FORWARD:
             n, r = res.newest(key, gpu)
             tt = timing(r, SEED_SHAPE) if r else None
             if tt and tt.get("basis") == "stream" and tt["times"]["sdpa"].get("host_us") is not None:
@@ -866,7 +871,7 @@ def _per_seq(res: Results, shapes) -> dict[str, dict[str, list[tuple[float, str,
     """{gpu: {shape: [(µs per sequence, who, file)]}} from the newest grade reports (solutions and SDPA)."""
     out: dict[str, dict[str, list]] = {}
     for gpu, _ in GPUS:
-        for key in CHAPTERS:
+        for key in FORWARD:
             name, rep = res.newest(key, gpu)
             for t in timed(rep):
                 if t["problem"] in shapes and not t.get("disturbed"):

@@ -171,7 +171,7 @@ def _numbers_of(obj, out: set[str]) -> set[str]:
     elif isinstance(obj, list):
         for v in obj:
             _numbers_of(v, out)
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool) and math.isfinite(obj):   # NaN: nothing printed
         out.update({f"{obj:g}", _sig(obj), _sig(obj / 1000)})
     return out
 
