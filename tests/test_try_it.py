@@ -1,6 +1,6 @@
 """The bar before the exercise (issue 26, item 7): each chapter page lets the learner try their file at one shape
-right after the exercise contract (flashtutor.docs.try_it), and chapters 1 and 4 show what a compile error looks
-like (flashtutor.docs.compile_error, on a broken copy of the solution). Both run the real `flashtutor grade` in a
+right after the exercise contract (flashtutor.contract.try_it), and chapters 1 and 4 show what a compile error looks
+like (flashtutor.contract.compile_error, on a broken copy of the solution). Both run the real `flashtutor grade` in a
 subprocess; here they run on this machine (the CPU set without a GPU), and the pages' cells are checked in place.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from flashtutor import docs
+from flashtutor import contract as ct
 from flashtutor.chapters import CHAPTERS, ROOT, get_chapter
 from flashtutor.exercises import generated
 
@@ -92,7 +92,7 @@ def _gpu() -> bool:
 
 
 def test_try_it_grades_the_chapter_4_solution_and_says_pass(capsys):
-    docs.try_it("04", "solutions/04_triton_online_softmax/attention.py")
+    ct.try_it("04", "solutions/04_triton_online_softmax/attention.py")
     out = capsys.readouterr().out
     sets = "--sets seed --no-timing" if _gpu() else "--sets cpu"
     assert out.startswith(f"$ flashtutor grade 04 solutions/04_triton_online_softmax/attention.py {sets}")
@@ -118,7 +118,7 @@ def _stub_path(key, tmp_path) -> str:
     ("01", "Is the kernel still the TODO stub"),
 ])
 def test_try_it_on_the_stub_fails_with_a_clear_message(key, says, capsys, tmp_path):
-    docs.try_it(key, _stub_path(key, tmp_path))
+    ct.try_it(key, _stub_path(key, tmp_path))
     out = capsys.readouterr().out
     assert "FAIL" in out and "unwritten" in out and "what went wrong" in out
     assert says in " ".join(line.strip("│ ") for line in out.splitlines())   # the panel's lines joined
@@ -133,8 +133,8 @@ def test_try_it_says_why_when_the_chapter_cannot_run_here(monkeypatch, capsys):
     """A machine without Triton cannot check chapter 4 at all: one line says why, nothing is run."""
     import flashtutor.env as env
     monkeypatch.setattr(env, "machine", lambda rows=None: {"gpu": False, "cc": None, "triton": False})
-    monkeypatch.setattr(docs, "run_grade", lambda *a, **k: pytest.fail("graded a chapter that cannot run"))
-    docs.try_it("04")
+    monkeypatch.setattr(ct, "run_grade", lambda *a, **k: pytest.fail("graded a chapter that cannot run"))
+    ct.try_it("04")
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("$ flashtutor grade 04 --sets cpu")
     assert len(out) == 2 and out[1].startswith("not run: chapter 04 cannot be checked") and "triton" in out[1]
@@ -146,64 +146,64 @@ def _solution_digest(key) -> str:
 
 
 def test_the_cuda_compile_error_names_the_file_and_the_line(capsys, tmp_path):
-    _, broken_line = docs.broken_copy("01", tmp_path)          # the line the demonstration breaks
+    _, broken_line = ct.broken_copy("01", tmp_path)          # the line the demonstration breaks
     before = _solution_digest("01")
-    docs.compile_error("01")
+    ct.compile_error("01")
     out = capsys.readouterr().out
     assert _solution_digest("01") == before                    # the course's files are only read
     assert f">{broken_line:>5} |         s[j] = dot * scale\n" in out
     assert "FAIL (nothing ran) — compile error" in out
     # NVRTC notices a missing ';' at the next token: the start of the next line
-    assert re.search(rf"│ {docs.BROKEN}/attention\.cu:{broken_line + 1}: error: expected a \";\" +│", out), out
+    assert re.search(rf"│ {ct.BROKEN}/attention\.cu:{broken_line + 1}: error: expected a \";\" +│", out), out
     assert "/tmp/" not in out and "ft-" not in out            # the temporary folder is not shown
     assert out.rstrip().endswith("exit code 1: fail")
 
 
 def test_the_triton_error_names_the_file_and_the_line(capsys, tmp_path):
-    _, broken_line = docs.broken_copy("04", tmp_path)
+    _, broken_line = ct.broken_copy("04", tmp_path)
     before = _solution_digest("04")
-    docs.compile_error("04")
+    ct.compile_error("04")
     out = capsys.readouterr().out
     assert _solution_digest("04") == before
     assert f">{broken_line:>5} |         alpha = tl.exp2(m_i - m_nwe)\n" in out
     assert "m_nwe" in out.split("what went wrong", 1)[1]                        # the report names the typo ...
-    assert re.search(rf"{docs.BROKEN}/attention\.py:{broken_line}\b", out), out  # ... and the file and line
+    assert re.search(rf"{ct.BROKEN}/attention\.py:{broken_line}\b", out), out  # ... and the file and line
     assert "/tmp/" not in out
     assert out.rstrip().endswith("exit code 1: fail")
 
 
 def test_broken_copy_breaks_one_line_of_a_copy(tmp_path):
-    py, n = docs.broken_copy("01", tmp_path)
+    py, n = ct.broken_copy("01", tmp_path)
     ch = get_chapter("01")
-    assert py == tmp_path / docs.BROKEN / "attention.py"
+    assert py == tmp_path / ct.BROKEN / "attention.py"
     assert sorted(p.name for p in py.parent.iterdir()) == sorted(ch.files)
     a = (ch.solution_dir / "attention.cu").read_text().split("\n")
     b = (py.parent / "attention.cu").read_text().split("\n")
     assert [i + 1 for i, (x, y) in enumerate(zip(a, b)) if x != y] == [n] and len(a) == len(b)
     with pytest.raises(ValueError, match="no line"):
-        docs.broken_copy("01", tmp_path / "again", line="no such text")
+        ct.broken_copy("01", tmp_path / "again", line="no such text")
 
 
 # ---------------------------------------------------------------- small parts ---------------------------------
 def test_a_shortened_line_keeps_its_box_closed():
     box = "╭──────────╮\n│ /a/b/x:1 │\n│ plain    │\n╰──────────╯"
-    out = docs._boxed_replace(box, "/a/b/", "")
+    out = ct._boxed_replace(box, "/a/b/", "")
     assert out.splitlines()[1] == "│ x:1      │" and out.splitlines()[2] == "│ plain    │"
     assert {len(line) for line in out.splitlines()} == {12}
-    assert docs._boxed_replace("see /a/b/x", "/a/b/", "") == "see x"      # outside a box, only the path changes
+    assert ct._boxed_replace("see /a/b/x", "/a/b/", "") == "see x"      # outside a box, only the path changes
 
 
 def test_exit_meanings_are_the_commands_own():
     from flashtutor.cli import parser
     epilog = parser().epilog
-    for code, meaning in docs.EXIT_MEANING.items():
+    for code, meaning in ct.EXIT_MEANING.items():
         assert f"{code} {meaning}" in epilog, (code, meaning)
 
 
 def test_the_commands_are_the_contracts():
     from flashtutor.contract import contract
     for gpu in (True, False):
-        shown = "flashtutor " + " ".join(a for a in docs.grade_command("02", gpu=gpu) if a != "--quiet")
+        shown = "flashtutor " + " ".join(a for a in ct.grade_command("02", gpu=gpu) if a != "--quiet")
         assert shown in contract("02"), shown
 
 
