@@ -52,3 +52,4 @@ def test_a_triton_compile_error_names_the_kernel_line_on_the_gpu(tmp_path):
     assert r.verdict == "fail"
     assert f"attention.py:{dot}" in text and f"attention.py:{launch}" not in text, text
     assert "reduction dimensions" in text, text
+    assert {str(c.cause) for c in r.checks if not c.ok} == {"compile error"}, r.failures   # Triton's CompilationError

@@ -275,7 +275,7 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
         else:
             if "out of memory" in text.lower():
                 cause = C["OUT_OF_MEMORY"]
-            elif type_(e).__name__ == "CompileError":
+            elif type_(e).__name__ in ("CompileError", "CompilationError"):   # ours (NVRTC, nvcc), Triton's
                 cause = C["COMPILE_ERROR"]
             elif not cuda and type_(e).__name__ == "EmulationUnsupported":   # what g++ cannot build for the CPU
                 cause, first = C["NOT_RUN"], str_(e)
