@@ -50,9 +50,16 @@ def contract(key: str, root: Path | None = None) -> str:
     lines = [
         "you write: " + ", ".join(f"chapters/{ch.slug}/{f}" for f in ch.files),
         f"correct: on every output row, max |yours - reference| <= {RATIO:g} x SDPA's fp16 error on that row "
-        f"+ 1 fp16 ulp of the row's largest |reference|; NaN or Inf anywhere fails; q, k, v unchanged",
+        f"+ 1 fp16 ulp of the row's largest |reference|; NaN or Inf anywhere fails; q, k, v unchanged"
+        if ch.mode == "forward" else
+        f"correct: each case runs backward(q, k, v, o, lse, do) on the grader's own o and lse, then forward(q, k, v); "
+        f"on every row of dq, dk, dv and o, max |yours - float64| <= {RATIO:g} x SDPA's own fp16 backward error on that "
+        f"row + 1 fp16 ulp of the row's largest |reference| (+ for dq and dk what o's fp16 rounding moves "
+        f"rowsum(dO o)); lse (natural log, fp32) within 2^-12 + 2^-16 |lse|; NaN, Inf or a never-written element "
+        f"fails; the inputs unchanged",
         f"  on {shapes} shapes (the {', '.join(ch.check_sets)} sets)" + (", causal and not" if ch.causal else "")
-        + f", {ch.seeds} fresh random inputs each" + (", plus large logits" if ch.large_logits else ""),
+        + f", {ch.seeds} draw{'s' if ch.seeds != 1 else ''} of fresh random inputs each"
+        + (", plus large logits" if ch.large_logits else ""),
     ]
     if ch.sass:
         lines.append("compiled code: " + "; ".join(([" and ".join(ch.sass.require) + " in the SASS"]
