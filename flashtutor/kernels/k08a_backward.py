@@ -4,7 +4,7 @@ This is the chapter's solution itself, loaded from ``solutions/08_backward/atten
 in one place (the exercise is generated from that file): a forward that also stores lse, delta = rowsum(dO ∘ O), dK
 and dV with the key blocks outer, and dQ by a second pass with the query blocks outer.
 What changed since chapter 4: gradients; the forward saves lse, and three backward kernels use it.
-Limitation: one untuned tile configuration per head dim, the causal mask computed on every tile, and QKᵀ recomputed
+Limitation: one tile configuration per head dim (swept at one shape), the causal mask computed on every tile, and QKᵀ recomputed
 in both backward kernels; :mod:`flashtutor.kernels.k08b_backward_tuned` autotunes, masks only the diagonal tiles and
 can fold dQ into the dK/dV kernel with atomics.
 
