@@ -52,4 +52,6 @@ def test_a_triton_compile_error_names_the_kernel_line_on_the_gpu(tmp_path):
     assert r.verdict == "fail"
     assert f"attention.py:{dot}" in text and f"attention.py:{launch}" not in text, text
     assert "reduction dimensions" in text, text
-    assert {str(c.cause) for c in r.checks if not c.ok} == {"compile error"}, r.failures   # Triton's CompilationError
+    # Triton's CompilationError is a compile error (where the tile makes tl.dot(q, k) a shape mismatch; where it does
+    # not, the kernel compiles and computes the wrong thing)
+    assert "compile error" in {str(c.cause) for c in r.checks if not c.ok}, r.failures

@@ -778,6 +778,9 @@ class BackwardJudge(Judge):
                                           f"written (first at {first}; the grader's pattern is still there)")
                 checks = bw.check_grads(got, ref, baseline, names=tuple(x for x in outs if x != "lse"))
                 results.append((fn, checks, trace_msg))
+        del ref, baseline, q, k, v, do
+        if self.device == "cuda":        # the float64 reference's blocks, back to the device for the other gradings
+            torch.cuda.empty_cache()
         failed = [c for _, cs, _ in results for c in cs if not c.ok]
         passed = [c for _, cs, _ in results for c in cs if c.ok]
         w = gr.worst(failed or passed)
