@@ -29,6 +29,8 @@ def test_the_stub_fails(tmp_path):
                     encoding="utf-8")
     r = _grade(path)
     assert r.verdict == "fail" and not any(c.ok for c in r.checks)
+    assert r.causes == {"unwritten"}, (r.causes, r.failures)          # zeros stored from the TODO loops, a NaN lse
+    assert "TODO stub" in "\n".join(r.failures)
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
