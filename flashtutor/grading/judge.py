@@ -371,22 +371,55 @@ class Judge:
                 _NEVER_FREED.append((self.arena, getattr(self, "pool", None), phase.bench))
 
     # ---------------------------------------------------------- one correctness case
-    def check(self, p: Problem, seed: int) -> CaseResult:
+    def _restarted(self, p: Problem, seed: int) -> CaseResult | None:
+        """None when a worker is ready for the case; the case's result when a fresh one could not start."""
+        if self.worker.alive():
+            return None
+        try:
+            self.worker.start(self.arena_msg)
+        except WorkerFailed as e:
+            return CaseResult(p.name, seed, False, e.cause, e.message, log=e.log)
+        return None
+
+    def _gpu_shared(self):
+        """The GPU lock, shared (correctness calls beside other gradings' checks, never beside a timed section),
+        with the wait charged to the report's ``gpu wait``."""
         import contextlib
 
+        @contextlib.contextmanager
+        def held():
+            lock = self.lock.shared(self.worker.pid) if self.lock else contextlib.nullcontext()
+            t_lock = time.time()
+            with lock:
+                self.waited(time.time() - t_lock)
+                yield
+        return held()
+
+    def _judge_trace(self, case: CaseResult, trace_msg: dict | None, prefix: str = "") -> None:
+        """The trace of a case's call judged by the chapter's policy: the kernels it saw go to the case, and the
+        first finding fails a case that passed (``prefix`` names the call, where a case makes several)."""
+        if trace_msg is None:
+            return
+        if trace_msg["op"] == "trace":
+            t = trace_msg["trace"]
+            case.kernels = sorted(set(case.kernels) | set(t.names)) if case.kernels else t.names
+            findings = tr.judge(t, self.policy, calls=1)
+        else:
+            findings = [tr.Finding(Cause.UNTRACED, f"the worker sent no trace ({trace_msg.get('message', '')})")]
+        if findings:
+            if case.ok:
+                case.ok, case.cause, case.message = False, findings[0].cause, prefix + findings[0].message
+            self.report.add_trace_findings(findings)
+
+    def check(self, p: Problem, seed: int) -> CaseResult:
         from ..check import check_output
         from ..problems import reference, sdpa
         from .protocol import fill_unwritten, inputs_view, slot_elems, slots_that_fit, views
         torch = __import__("torch")
-        if not self.worker.alive():
-            try:
-                self.worker.start(self.arena_msg)
-            except WorkerFailed as e:
-                return CaseResult(p.name, seed, False, e.cause, e.message, log=e.log)
-        lock = self.lock.shared(self.worker.pid) if self.lock else contextlib.nullcontext()
-        t_lock = time.time()
-        with lock:
-            self.waited(time.time() - t_lock)
+        failed = self._restarted(p, seed)
+        if failed:
+            return failed
+        with self._gpu_shared():
             # A slot of the arena chosen at random, as the timed calls' are: a call cannot tell a check from a
             # timed call by where its inputs lie.
             fit = slots_that_fit(self.arena.numel(), p.shape)
@@ -439,17 +472,7 @@ class Judge:
             res = check_output(p, *private, out, ref=ref, sdpa_out=sdpa_out, seed=seed)
         case = CaseResult(p.name, seed, res.ok, Cause.of(res.cause) if not res.ok else None, res.message,
                           res.err, res.bound, res.sdpa_err, res.max_err)
-        if trace_msg is not None:
-            if trace_msg["op"] == "trace":
-                t = trace_msg["trace"]
-                case.kernels = t.names
-                findings = tr.judge(t, self.policy, calls=1)
-            else:
-                findings = [tr.Finding(Cause.UNTRACED, f"the worker sent no trace ({trace_msg.get('message', '')})")]
-            if findings:
-                if case.ok:
-                    case.ok, case.cause, case.message = False, findings[0].cause, findings[0].message
-                self.report.add_trace_findings(findings)
+        self._judge_trace(case, trace_msg)
         return case
 
     def _call_failed(self, p: Problem, seed: int, msg: dict, slot: int | None = None) -> CaseResult:
@@ -717,21 +740,14 @@ class BackwardJudge(Judge):
     computes from another case's numbers."""
 
     def check(self, p: Problem, seed: int) -> CaseResult:
-        import contextlib
-
         from .. import backward as bw
         from . import gradients as gr
         from .protocol import fill_unwritten, slot_elems, slots_that_fit, unwritten_mask, views
         torch = __import__("torch")
-        if not self.worker.alive():
-            try:
-                self.worker.start(self.arena_msg)
-            except WorkerFailed as e:
-                return CaseResult(p.name, seed, False, e.cause, e.message, log=e.log)
-        lock = self.lock.shared(self.worker.pid) if self.lock else contextlib.nullcontext()
-        t_lock = time.time()
-        with lock:
-            self.waited(time.time() - t_lock)
+        failed = self._restarted(p, seed)
+        if failed:
+            return failed
+        with self._gpu_shared():
             size = slot_elems(p.shape, "backward")
             fit = slots_that_fit(self.arena.numel(), p.shape, "backward")
             slot = random.randrange(fit - 1 if fit > 1 else 1)
@@ -815,16 +831,5 @@ class BackwardJudge(Judge):
             case = CaseResult(p.name, seed, True, None, f"worst margin {w.margin:.3g} ({w.name})",
                               w.err, w.bound, w.sdpa_err, w.max_err)
         for fn, _, trace_msg in results:
-            if trace_msg is None:
-                continue
-            if trace_msg["op"] == "trace":
-                t = trace_msg["trace"]
-                case.kernels = sorted(set(case.kernels) | set(t.names))
-                findings = tr.judge(t, self.policy, calls=1)
-            else:
-                findings = [tr.Finding(Cause.UNTRACED, f"the worker sent no trace ({trace_msg.get('message', '')})")]
-            if findings:
-                if case.ok:
-                    case.ok, case.cause, case.message = False, findings[0].cause, f"{fn}(): {findings[0].message}"
-                self.report.add_trace_findings(findings)
+            self._judge_trace(case, trace_msg, prefix=f"{fn}(): ")
         return case
