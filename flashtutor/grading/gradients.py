@@ -9,16 +9,16 @@ forward left behind (an lse kept from the last forward call, say) computes from 
 Here: filling a block of slots (:func:`fill_slots`: on a GPU, o and lse from SDPA's FLASH forward, which returns the
 same natural-log lse; on a CPU, float32 formulas), SDPA's backward as the timed yardstick (:class:`SdpaBackward`:
 ``torch.autograd.grad`` through SDPA's forward, pinned to one backend, on copies of the slot's inputs made before the
-batch), the sampled-row check of every timed call's gradients (:func:`sampled_rows_check`), and the check of one
-correctness case's outputs (:func:`judge_case`). Imports torch and the course's reference (``flashtutor.backward``)
-only: nothing of the learner's.
+batch), the sampled-row check of every timed call's gradients (:func:`sampled_rows_check`) and the full re-check of a
+few (:func:`recheck`), and what a failed correctness case says (:func:`nothing_computed`, :func:`explain`). Imports
+torch and the course's reference (``flashtutor.backward``) only: nothing of the learner's.
 """
 from __future__ import annotations
 
 import math
 import random
 
-from .protocol import BACKWARD_TENSORS, numel, parts, slot_elems, views
+from .protocol import numel, parts, slot_elems, views
 
 _RNG = random.Random(random.SystemRandom().randrange(1 << 62))
 GRADS = ("dq", "dk", "dv")
@@ -61,9 +61,8 @@ def fill_slots(arena, shape, count: int, gen, seed: int, qk_std: float, causal: 
     size = slot_elems(shape, "backward")
     block = arena[: count * size].view(count, size)
     fill_inputs(block, shape, gen, seed, qk_std)
-    at = {name: (start, units) for name, start, units in parts(shape, "backward")}
-    g0 = at["dq"][0]
-    fill_unwritten(block[:, g0:])                      # dq, dk, dv: contiguous at the end of each slot
+    dq_at = next(start for name, start, _ in parts(shape, "backward") if name == "dq")
+    fill_unwritten(block[:, dq_at:])                   # dq, dk, dv: contiguous at the end of each slot
     for i in range(count):
         q, k, v, do, o, lse, *_ = views(arena, shape, i, "backward")
         o_, lse_ = forward_with_lse(q, k, v, causal)
@@ -146,6 +145,24 @@ def worst(checks):
     bad = [c for c in checks if not c.ok]
     pool = bad or list(checks)
     return min(pool, key=lambda c: c.margin if c.margin == c.margin else -1.0)
+
+
+def nothing_computed(got: dict, ref: dict) -> str:
+    """'' or what says that a backward-pass output was never computed, though written: a gradient that is zero
+    everywhere where the reference is not (the accumulators were stored as they started: the loop over the other
+    blocks is still the TODO), or an lse that is NaN in every row (the buffer's own fill, never stored over)."""
+    import torch
+    said = []
+    for name, t in got.items():
+        if name == "lse":
+            if bool(torch.isnan(t).all()):
+                said.append("lse is NaN in every row: the forward never stored it over its buffer's NaN fill")
+        elif not bool(t.any()) and bool(ref[name].any()):
+            said.append(f"{name} is zero everywhere")
+    if not said:
+        return ""
+    return ("; ".join(said) + ": nothing was accumulated or stored. Is the loop (or the store) still the exercise's "
+            "TODO stub?")
 
 
 def explain(failed: list, passed: list, causal: bool) -> str:

@@ -708,26 +708,7 @@ def _main(fd: int) -> None:
     os._exit(0)
 
 
-
 # ---------------------------------------------------------------- a backward-pass chapter --------------------------
-def _nothing_computed(got: dict, ref: dict) -> str:
-    """'' or what says that a backward-pass output was never computed, though written: a gradient that is zero
-    everywhere where the reference is not (the accumulators were stored as they started: the loop over the other
-    blocks is still the TODO), or an lse that is NaN in every row (the buffer's own fill, never stored over)."""
-    import torch
-    said = []
-    for name, t in got.items():
-        if name == "lse":
-            if bool(torch.isnan(t).all()):
-                said.append("lse is NaN in every row: the forward never stored it over its buffer's NaN fill")
-        elif not bool(t.any()) and bool(ref[name].any()):
-            said.append(f"{name} is zero everywhere")
-    if not said:
-        return ""
-    return ("; ".join(said) + ": nothing was accumulated or stored. Is the loop (or the store) still the exercise's "
-            "TODO stub?")
-
-
 class BackwardJudge(Judge):
     """The judge of a backward-pass chapter (``Chapter.mode == "backward"``, chapter 8): the same plan, worker,
     trace, rules and timing as every chapter, on slots of the backward layout (:mod:`.protocol`).
@@ -810,7 +791,7 @@ class BackwardJudge(Judge):
                         return CaseResult(p.name, seed, False, Cause.UNWRITTEN,
                                           f"{fn}(): {name} has {int(never.sum())} of {never.numel()} elements never "
                                           f"written (first at {first}; the grader's pattern is still there)")
-                empty = _nothing_computed(got, ref)
+                empty = gr.nothing_computed(got, ref)
                 if empty:
                     return CaseResult(p.name, seed, False, Cause.UNWRITTEN, f"{fn}(): {empty}")
                 checks = bw.check_grads(got, ref, baseline, names=tuple(x for x in outs if x != "lse"))

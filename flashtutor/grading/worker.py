@@ -160,7 +160,7 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
     traced_chapter = bool(setup.get("trace", True))
     TB = torch._C.TensorBase
     tb_getitem, tb_view, tb_ptr, tb_copy = TB.__getitem__, TB.view, TB.data_ptr, TB.copy_
-    tb_contig, tb_numel = TB.is_contiguous, TB.numel
+    tb_contig, tb_numel, tb_clone = TB.is_contiguous, TB.numel, TB.clone
     Tensor = torch.Tensor
     outputs = api._grader_outputs                # the dict output_like() reads: one entry per call, set here
     outputs_clear, outputs_pop = dict.clear, dict.pop
@@ -256,7 +256,7 @@ def _server(torch, setup: dict, files: list[str], *, send, recv, tstart, tstop, 
             desc[nm] = str_(tuple_(t.shape))
         own = [tb_ptr(t) == tb_ptr(buf) and tb_contig(t) for (_, buf), t in zip(targets, got)]
         ptrs = {tb_ptr(buf) for _, buf in targets}
-        sources = [t if ok or tb_ptr(t) not in ptrs else t.clone() for ok, t in zip(own, got)]
+        sources = [t if ok or tb_ptr(t) not in ptrs else tb_clone(t) for ok, t in zip(own, got)]
         copied = False
         for ok, (_, buf), t in zip(own, targets, sources):
             if not ok:
