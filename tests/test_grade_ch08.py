@@ -53,3 +53,16 @@ def test_a_backward_bug_gets_its_verdict_on_the_gpu(tmp_path, name):
     got = {str(c.cause) for c in r.checks if not c.ok}
     assert got and got <= causes, (name, got, r.failures)
     assert says in "\n".join(r.failures), (name, r.failures)
+
+
+def test_gradients_asked_for_in_another_order_are_still_right(tmp_path):
+    """output_like(q) hands out the grader's dq, dk, dv buffers in that order; a backward that asks for them as
+    dk, dq, dv returns the grader's dq buffer as its dk: the worker reads both before it writes either (a correct
+    submission is never failed for the order it allocates in)."""
+    text = CH.solution_path().read_text(encoding="utf-8")
+    old = "    dq, dk, dv = (ft.output_like(q) for _ in range(3))"
+    assert text.count(old) == 1
+    path = tmp_path / "attention.py"
+    path.write_text(text.replace(old, "    dk, dq, dv = (ft.output_like(q) for _ in range(3))"), encoding="utf-8")
+    r = _grade(path)
+    assert r.verdict == "pass", r.failures
