@@ -47,11 +47,10 @@ import flashtutor as ft
 LOG2E = 1.4426950408889634    # log2(e) = 1/ln 2: e^x = 2^(x·log2 e), and 2^x is one instruction (MUFU.EX2)
 LN2 = 0.6931471805599453      # ln 2 = 1/log2(e): turns a base-2 log into a natural one
 
-# Tile sizes per head dim for a GPU (register budget: dK and dV accumulate [Bc, D] fp32 each), from the chapter's sweep
-# on an H100 at B4 H32 S4096 (scripts/ch08_sweep.py, results/ch08-sweep-h100-2026-11-27.json): at D = 128 the pair below
-# took 7.4 ms a backward where the first guess (64×64 tiles, 8 warps, for both kernels) took 16.1; at D = 64 the dK/dV
-# tile below, 4.2 ms against 5.2. FWD is chapter 4's kernel; DKDV: BLOCK_N keys owned by a program, BLOCK_M queries
-# per step; DQ: BLOCK_M queries owned, BLOCK_N keys per step.
+# Tile sizes per head dim for a GPU (register budget: dK and dV accumulate [Bc, D] fp32 each), chosen by the chapter's
+# sweep on an H100 at B4 H32 S4096 (scripts/ch08_sweep.py, results/ch08-sweep-h100-2026-11-27.json; the page of
+# measurements prints what they bought over the first guess, 64×64 tiles with 8 warps). FWD is chapter 4's kernel;
+# DKDV: BLOCK_N keys owned by a program, BLOCK_M queries per step; DQ: BLOCK_M queries owned, BLOCK_N keys per step.
 CONFIGS = {
     64: dict(FWD=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
              PRE=dict(BLOCK_M=128, num_warps=4),
