@@ -411,6 +411,33 @@ class Judge:
                 case.ok, case.cause, case.message = False, findings[0].cause, prefix + findings[0].message
             self.report.add_trace_findings(findings)
 
+    def _call(self, p: Problem, seed: int, slot: int, read, fn: str | None = None):
+        """One correctness call on ``slot`` behind the judge's event: the request, ``read()`` (the judge's copies of
+        the outputs) as soon as the worker answers, then the call's trace. Returns (msg, trace_msg, what read()
+        returned, None), or a CaseResult in the last place when the worker reported tampering or an error."""
+        torch = __import__("torch")
+        if self.events:
+            self.events[0].record()
+        spec = {"shape": list(p.shape), "causal": p.causal, "slots": [slot]}
+        if fn:
+            spec["fn"] = fn
+        spec["nonce"] = f"{random.getrandbits(64):016x}"
+        msg = self.worker.request(("call", spec), self.check_timeout)
+        # The worker finished the call on its own stream before answering "done" (a fault would have been
+        # its error instead): nothing of the judge's waits on an event a dead worker could leave unsignalled.
+        outputs = read()
+        trace_msg = None
+        if msg["op"] == "done" and self.ch.anticheat:
+            trace_msg = self.worker.receive(self.check_timeout)
+        tampered = msg.get("tampering") or (trace_msg or {}).get("tampering")
+        if tampered or msg["op"] != "done":
+            if self.device == "cuda":
+                torch.cuda.current_stream().synchronize()
+            failed = CaseResult(p.name, seed, False, Cause.TAMPERING, tampering_message(tampered)) if tampered \
+                else self._call_failed(p, seed, msg, slot=slot)
+            return msg, trace_msg, outputs, failed
+        return msg, trace_msg, outputs, None
+
     def check(self, p: Problem, seed: int) -> CaseResult:
         from ..check import check_output
         from ..problems import reference, sdpa
@@ -439,25 +466,9 @@ class Judge:
                 flat[: 2 * q.numel()].mul_(p.qk_std)
             fill_unwritten(o)
             private = tuple(t.clone() for t in (q, k, v))
-            if self.events:
-                self.events[0].record()
-            msg = self.worker.request(("call", {"shape": list(p.shape), "causal": p.causal, "slots": [slot],
-                                                "nonce": f"{random.getrandbits(64):016x}"}), self.check_timeout)
-            # The worker finished the call on its own stream before answering "done" (a fault would have been
-            # its error instead): nothing of the judge's waits on an event a dead worker could leave unsignalled.
-            out = o.clone()
-            trace_msg = None
-            if msg["op"] == "done" and self.ch.anticheat:
-                trace_msg = self.worker.receive(self.check_timeout)
-            tampered = msg.get("tampering") or (trace_msg or {}).get("tampering")
-            if tampered:
-                if self.device == "cuda":
-                    torch.cuda.current_stream().synchronize()
-                return CaseResult(p.name, seed, False, Cause.TAMPERING, tampering_message(tampered))
-            if msg["op"] != "done":
-                if self.device == "cuda":
-                    torch.cuda.current_stream().synchronize()
-                return self._call_failed(p, seed, msg, slot=slot)
+            msg, trace_msg, out, failed = self._call(p, seed, slot, o.clone)
+            if failed:
+                return failed
             ref = reference(*private, causal=p.causal)
             sdpa_out = sdpa(*private, causal=p.causal)
             changed = [n for n, a, b in zip("qkv", private, (q, k, v)) if not torch.equal(a, b)]
@@ -755,26 +766,12 @@ class BackwardJudge(Judge):
                 if after is not None:
                     fill_unwritten(after)
                 given = {x: tensors[x].clone() for x in ("q", "k", "v", "do", "o", "lse") if x not in outs}
-                if self.events:
-                    self.events[0].record()
-                msg = self.worker.request(("call", {"shape": list(p.shape), "causal": p.causal, "slots": [slot],
-                                                    "fn": fn, "nonce": f"{random.getrandbits(64):016x}"}),
-                                          self.check_timeout)
-                got = {name: tensors[name].clone() for name in outs}
-                trace_msg = None
-                if msg["op"] == "done" and self.ch.anticheat:
-                    trace_msg = self.worker.receive(self.check_timeout)
-                tampered = msg.get("tampering") or (trace_msg or {}).get("tampering")
-                if tampered:
-                    if self.device == "cuda":
-                        torch.cuda.current_stream().synchronize()
-                    return CaseResult(p.name, seed, False, Cause.TAMPERING, tampering_message(tampered))
-                if msg["op"] != "done":
-                    if self.device == "cuda":
-                        torch.cuda.current_stream().synchronize()
-                    res = self._call_failed(p, seed, msg, slot=slot)
-                    res.message = f"{fn}(): {res.message}"
-                    return res
+                msg, trace_msg, got, failed = self._call(
+                    p, seed, slot, lambda: {name: tensors[name].clone() for name in outs}, fn=fn)
+                if failed:
+                    if failed.cause != Cause.TAMPERING:
+                        failed.message = f"{fn}(): {failed.message}"
+                    return failed
                 changed = [x for x, t in given.items() if not torch.equal(t, tensors[x])]
                 if changed:
                     return CaseResult(p.name, seed, False, Cause.INPUTS_MODIFIED,
