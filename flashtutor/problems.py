@@ -83,16 +83,17 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               dtype: torch.dtype | None = None) -> torch.Tensor:
     """Attention in high precision: fp64 on the CPU, fp32 with TF32 off on a GPU.
 
-    Computed one (b, h) slab group at a time so that the S×S scores of a large problem never
-    need more than ~1 GiB at once. Returns a tensor in the high-precision dtype.
+    Computed one (b, h) slab group at a time so that the S×S scores and probabilities of a large problem
+    never need more than ~512 MiB at once (gradings side by side on one GPU each compute one). Returns a
+    tensor in the high-precision dtype.
     """
     if dtype is None:
         dtype = torch.float64 if q.device.type == "cpu" else torch.float32
     B, H, S, D = q.shape
     out = torch.empty((B, H, S, D), dtype=dtype, device=q.device)
     scale = 1.0 / math.sqrt(D)
-    per_slab = S * S * torch.finfo(dtype).bits // 8
-    step = max(1, (1 << 30) // max(per_slab, 1))
+    per_slab = 2 * S * S * torch.finfo(dtype).bits // 8                # s and p alive at once
+    step = max(1, (512 << 20) // max(per_slab, 1))
     qf, kf, vf = (t.reshape(B * H, S, D) for t in (q, k, v))
     of = out.view(B * H, S, D)
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32

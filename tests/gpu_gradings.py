@@ -66,6 +66,10 @@ class Gradings:
             self._submit(("reference", k), dict(chapter=k, path=f, timing=False))
         for case in CASES:
             self._submit(("case", case.name), corpus_kwargs(case, tmp, "cuda"))
+        from adversarial.ch08_mutations import MUTATIONS, materialize
+        for name in sorted(MUTATIONS):      # chapter 8's backward-pass bugs, on its odd set (test_grade_ch08.py)
+            self._submit(("ch08 bug", name), dict(chapter="08", path=materialize(name, tmp / "ch08" / name),
+                                                  sets=("odd",), timing=False))
         for k in STUBS:
             self._submit(("stub", k), dict(chapter=k, timing=False, sets=("seed", "odd")))
 
@@ -78,7 +82,8 @@ class Gradings:
                 r = e
             self.timeline.append({"grading": "/".join(key), "start_s": round(t - self.t0, 1),
                                   "end_s": round(time.time() - self.t0, 1),
-                                  "phases": getattr(r, "phases", {}), "verdict": str(getattr(r, "verdict", r))[:80]})
+                                  "phases": getattr(r, "phases", {}), "memory": getattr(r, "memory", {}),
+                                  "verdict": str(getattr(r, "verdict", r))[:80]})
             return r, round(time.time() - t, 1)
         self.jobs[key] = self.pool.submit(one)
 

@@ -45,10 +45,11 @@ def test_a_backward_bug_gets_its_verdict(tmp_path, name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
-def test_a_backward_bug_gets_its_verdict_on_the_gpu(tmp_path, name):
-    """The same bugs on a GPU, on the chapter's odd set (B and H > 1, S = 1, 113, 1023, both head dims)."""
+def test_a_backward_bug_gets_its_verdict_on_the_gpu(gradings, name):
+    """The same bugs on a GPU, on the chapter's odd set (B and H > 1, S = 1, 113, 1023, both head dims), graded
+    beside the tier's other gradings (tests/gpu_gradings.py)."""
     causes, says, _, what = MUTATIONS[name]
-    r = grade("08", materialize(name, tmp_path / name), device="cuda", sets=("odd",), timing=False, progress=False)
+    r = gradings.report("ch08 bug", name)
     assert r.verdict == "fail", (name, what)
     got = {str(c.cause) for c in r.checks if not c.ok}
     assert got and got <= causes, (name, got, r.failures)

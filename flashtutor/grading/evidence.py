@@ -71,6 +71,7 @@ class Cause(str, Enum):
     CRASH = "crash"
     TIMEOUT = "timeout"
     NOT_RUN = "not_run"
+    GRADER_MEMORY = "grader out of GPU memory"   # the judge's own step found the GPU full: not graded here
     MALFORMED = "malformed message"
     # what ran
     FORBIDDEN = "forbidden"                  # the static scan of the source

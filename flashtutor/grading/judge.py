@@ -25,7 +25,7 @@ from .evidence import CUDA_FATAL, Cause, CaseResult, TimingResult, tampering_mes
 from .report import Report
 from .spawn import WorkerFailed, WorkerHandle, _exit, debug
 from .submission import Submission
-from . import trace as tr
+from . import memory, trace as tr
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -133,6 +133,7 @@ class Judge:
                                              setup_timeout)
         self.report = Report(chapter=ch.key, title=ch.title, path=str(path), device=device, excluded=ch.excluded,
                              speed_rule=asdict(ch.speed), sass_rule=ch.sass)
+        self.memory_peaks = memory.Peaks()
 
     # ---------------------------------------------------------- before anything runs
     def read_sources(self) -> bool:
@@ -222,7 +223,17 @@ class Judge:
         bar = Progress(len(checks) + len(timed), f"grading {self.ch.key} · {self.path.name}") if self.progress else None
         try:
             self._grade(checks, timed, bar)
+        except Exception as e:  # noqa: BLE001 — the judge's own memory, the GPU full: not graded here
+            if isinstance(e, memory.GraderOutOfMemory):
+                r.set_error(Cause.GRADER_MEMORY, str(e))
+            elif self.device == "cuda" and memory.is_oom(e):
+                r.set_error(Cause.GRADER_MEMORY, memory.not_graded_message("", e, self._ours()))
+            else:
+                raise
         finally:
+            if self.device == "cuda":
+                self.memory_peaks.sample(self.worker.pid)
+                r.memory = self.memory_peaks.to_dict()
             if bar:
                 bar.close()
             self.worker.stop()
@@ -262,6 +273,7 @@ class Judge:
         from .protocol import slot_elems
         need = max(slot_elems(p.shape, self.ch.mode) for p in [p for p, _ in checks] + timed)   # the largest slot
         if self.device == "cuda":
+            memory.cap_judge()
             free = torch.cuda.mem_get_info()[0]
             budget = min(ARENA_MAX_BYTES, free // 6)
             slots = min(budget // 2, need * 64) if timed else need     # up to 64 calls of the largest shape
@@ -298,9 +310,13 @@ class Judge:
         with ctx:
             self._grade_on_stream(checks, timed, bar)
 
+    def _ours(self) -> set[int]:
+        return {os.getpid()} | ({self.worker.pid} if self.worker.pid else set())
+
     def _grade_on_stream(self, checks, timed, bar) -> None:
         r = self.report
-        self.arena, self.events, self.arena_msg = self._setup_device(checks, timed)
+        self.arena, self.events, self.arena_msg = memory.retry(lambda: self._setup_device(checks, timed),
+                                                               "allocating its arena", self._ours())
         if self.device == "cuda" and timed:
             from .timing import warm_tracer
             self.worker.while_starting = warm_tracer
@@ -331,7 +347,7 @@ class Judge:
                                            f"skipped after two cases ended in {' and '.join(sorted(set(lost)))}: "
                                            "each costs a fresh process, and the next would most likely do the same"))
             else:
-                res = self.check(p, seed)
+                res = self._check_on_shared_gpu(p, seed)
                 if self.emulate and res.cause == Cause.NOT_RUN:    # the emulation lacks something the kernel uses
                     self._compiled_only(res.message.removeprefix(f"{Cause.NOT_RUN}: "))
                     return
@@ -371,6 +387,35 @@ class Judge:
                 _NEVER_FREED.append((self.arena, getattr(self, "pool", None), phase.bench))
 
     # ---------------------------------------------------------- one correctness case
+    def _check_on_shared_gpu(self, p: Problem, seed: int) -> CaseResult:
+        """check(p, seed), on a GPU that other processes may share: the judge's out-of-memory is retried after a
+        wait and then reads "not graded here"; the learner's call that ran out of memory is tried once more after
+        a wait, and its failure then says how full the GPU was; the judge's cached blocks go back to the driver
+        after the case, so that the other gradings on the GPU have them."""
+        if self.device != "cuda":
+            return self.check(p, seed)
+
+        def step() -> CaseResult:
+            try:
+                return self.check(p, seed)
+            except Exception as e:
+                if memory.is_oom(e):       # perhaps between the worker's answer and its trace: a fresh worker
+                    self.worker.stop()
+                raise
+        try:
+            res = memory.retry(step, f"checking {p.name}", self._ours())
+            if res.cause == Cause.OUT_OF_MEMORY:
+                memory.trim()
+                time.sleep(memory.wait_times()[0])
+                res = memory.retry(step, f"checking {p.name}", self._ours())
+                if res.cause == Cause.OUT_OF_MEMORY:
+                    res.message += f" (twice; when the grader looked: {memory.describe(self._ours())})"
+        except memory.GraderOutOfMemory as e:
+            res = CaseResult(p.name, seed, False, Cause.GRADER_MEMORY, str(e))
+        memory.trim()
+        self.memory_peaks.sample(self.worker.pid)
+        return res
+
     def _restarted(self, p: Problem, seed: int) -> CaseResult | None:
         """None when a worker is ready for the case; the case's result when a fresh one could not start."""
         if self.worker.alive():

@@ -66,6 +66,8 @@ class Report:
     # learner's set-up and compile), "checks", "timing" — what makes a grading slow, in its own report — and
     # "gpu wait", the part of checks and timing spent waiting for other gradings to leave the GPU.
     phases: dict = field(default_factory=dict)
+    # The most GPU memory the judge and its worker held, in GiB ({"judge_gib", "worker_gib"}; grading/memory.py).
+    memory: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ filled by the judge
     def set_error(self, cause: Cause, message: str, log: str = "") -> None:

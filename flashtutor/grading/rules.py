@@ -67,7 +67,10 @@ def sass_violations(rule, resources: dict) -> list[str]:
 # Causes of a case whose output was never compared with the reference (the call did not finish).
 NOT_COMPARED = {Cause.ERROR, Cause.COMPILE_ERROR, Cause.IMPORT_ERROR, Cause.UNSUPPORTED_GPU, Cause.ILLEGAL_ADDRESS,
                 Cause.DEVICE_ASSERT, Cause.MISALIGNED, Cause.LAUNCH_FAILURE, Cause.ILLEGAL_INSTRUCTION,
-                Cause.OUT_OF_MEMORY, Cause.CRASH, Cause.TIMEOUT, Cause.NOT_RUN, Cause.MALFORMED, Cause.UNWRITTEN}
+                Cause.OUT_OF_MEMORY, Cause.CRASH, Cause.TIMEOUT, Cause.NOT_RUN, Cause.MALFORMED, Cause.UNWRITTEN,
+                Cause.GRADER_MEMORY}
+# Causes that say nothing of the learner's code: this machine could not grade it (not a failure).
+NOT_GRADED_HERE = {str(Cause.UNSUPPORTED_GPU), str(Cause.GRADER_MEMORY)}
 # Lines of a worker's log that are the tracer's, not the learner's (torch's profiler announces itself) ...
 _PROFILER_LINE = r"USDT:|\S*\s*\S*SyncActivityProfilerHandler|STAGE:\d|\[W\d+ .*profiler"
 # ... and the C library's allocator finding its heap corrupted as the process ends (a write past a buffer, seen
@@ -411,10 +414,12 @@ def decide(r, ch: Chapter) -> None:
         elif not t.causes:
             slow += speed_violations(ch.speed, t)
     n_ok = sum(c.ok for c in r.checks)
-    if causes and set(map(str, causes)) == {str(Cause.UNSUPPORTED_GPU)}:
-        r.verdict = Verdict.NOT_RUN          # the GPU cannot run this chapter: not graded here, not a failure
-        r.summary = (r.error or next((c.message for c in r.checks if c.message), "")).splitlines()[0] \
-            if (r.error or r.checks) else "this GPU cannot run the chapter's kernels"
+    if causes and set(map(str, causes)) <= NOT_GRADED_HERE:
+        # the GPU cannot run this chapter, or the grader found its memory taken: not graded here, not a failure
+        first = r.error or next((c.message for c in r.checks if c.message and not c.ok), "") \
+            or next((m for t in r.timings for m in t.messages), "")
+        r.summary = first.splitlines()[0] if first else "this GPU cannot run the chapter's kernels"
+        r.verdict = Verdict.NOT_RUN
         r.scope = scope(r, ch)
         return
     if causes:

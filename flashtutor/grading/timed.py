@@ -39,7 +39,25 @@ class TimedPhase:
 
     # ---------------------------------------------------------- one shape
     def shape(self, p: Problem) -> TimingResult:
-        res = TimingResult(p.name, "graph" if self.graph_basis else "stream")
+        """The shape timed; when the judge runs out of GPU memory (other processes hold it), again after a wait
+        with a fresh worker (the batch it was in is abandoned), and "not graded here" when the GPU stays full."""
+        from . import memory
+        for wait in (*memory.wait_times(), None):
+            res = TimingResult(p.name, "graph" if self.graph_basis else "stream")
+            try:
+                return self._shape_locked(p, res)
+            except Exception as e:  # noqa: BLE001
+                if not memory.is_oom(e):
+                    raise
+                self.j.worker.stop()
+                memory.trim()
+                if wait is None:
+                    res.causes.append(Cause.GRADER_MEMORY)
+                    res.messages.append(memory.not_graded_message(f"timing {p.name}", e, self.j._ours()))
+                    return res
+                time.sleep(wait)
+
+    def _shape_locked(self, p: Problem, res: TimingResult) -> TimingResult:
         if not self.j.worker.alive():          # the last shape's worker died: a fresh one
             from .spawn import WorkerFailed
             try:
@@ -55,6 +73,9 @@ class TimedPhase:
             try:
                 return self._shape_alone(p, res)
             finally:
+                from . import memory
+                memory.trim()                  # SDPA's graphs and outputs, the re-checks' references: back now
+                self.j.memory_peaks.sample(self.j.worker.pid)
                 tm.log_line(event="timed shape", chapter=self.j.ch.key, shape=p.name, asked=round(t_lock, 3),
                             got=round(t_got, 3), left=round(time.time(), 3))
 
