@@ -12,9 +12,13 @@ set -u
 LIMIT=${1:-450}
 . "$(dirname "$0")/lent_gpu.sh"
 collect_in res
+# every thread's stack into $R/hang-dump.txt 15 s before the limit (tests/conftest.py), should the tier be cut
+( sleep $((LIMIT - 15)); pkill -USR1 -f "^python3 -m pytest -m gpu" ) >/dev/null 2>&1 &
+DUMPER=$!
 FLASHTUTOR_BATCH_LOG=$R/batches-tier.jsonl FLASHTUTOR_CORPUS_JSON=$R/corpus.json FLASHTUTOR_RESULTS_DIR=$R \
     timeout -s INT "$LIMIT" python3 -m pytest -m gpu tests/ -q -rfEs -p no:cacheprovider --durations=12 \
     > "$R/tier.log" 2>&1
+kill $DUMPER 2>/dev/null
 tail -20 "$R/tier.log"
 python3 scripts/grade_summary.py "$R"/grade*.json > "$R/summary.txt" 2>&1
 grep -E "^/" "$R/summary.txt" | cut -c1-240

@@ -68,7 +68,13 @@ def gradings(tmp_path_factory):
     import faulthandler
     import os
     from gpu_gradings import Gradings
-    faulthandler.dump_traceback_later(480, repeat=True)          # if anything hangs, say where
+    out = os.environ.get("FLASHTUTOR_RESULTS_DIR")
+    # if anything hangs, say where: every thread's stack at 420 s, and on SIGUSR1 (scripts/gpu_tier.sh sends it
+    # before its time limit), into the results (pytest captures stderr here, and a cut run prints nothing)
+    dump = open(os.path.join(out, "hang-dump.txt"), "w") if out else sys.stderr
+    faulthandler.dump_traceback_later(420, repeat=True, file=dump)
+    import signal
+    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
     os.environ.setdefault("FLASHTUTOR_DEBUG_DUMP_S", "400")
     g = Gradings(tmp_path_factory.mktemp("gradings"))
     yield g

@@ -113,7 +113,7 @@ def test_a_gpu_without_memory_for_the_grader_gives_not_graded_here_never_a_failu
     from flashtutor.grading import memory
     monkeypatch.setenv(memory.LIMIT_ENV, str(1 << 30))
     monkeypatch.setenv(memory.WAITS_ENV, "0.2,0.2")
-    r = grade("04", solution=True, progress=False, sets=("seed", "large"), timing=False, separate_judge=True)
+    r = grade("04", solution=True, progress=False, sets=("seed", "large"), seeds=1, timing=False, separate_judge=True)
     assert r.verdict == "not run", (r.verdict, r.summary, r.failures[:3])
     assert r.exit_code == 3
     seed = [c for c in r.checks if c.problem.startswith("B1 H16 S1024")]
