@@ -751,6 +751,7 @@ def _main(fd: int) -> None:
         import faulthandler
         faulthandler.dump_traceback_later(float(os.environ["FLASHTUTOR_DEBUG_DUMP_S"]), repeat=True)
     conn = Connection(fd)
+    memory.OWN_PROCESS = True            # nothing but this grading here: the judge may hand memory back
     kwargs = conn.recv()
     try:
         conn.send(("ok", run_judge(kwargs)))

@@ -5,7 +5,10 @@ judge's own allocations (the arena, the references, SDPA's outputs in the timed 
 processes', and an out-of-memory there is the machine's state, not the learner's kernel. So:
 
 * :func:`trim` hands the judge's cached blocks back to the driver after a case or a timed shape that left more
-  than :data:`TRIM_BYTES` cached (the caching allocator keeps freed blocks for this process otherwise);
+  than :data:`TRIM_BYTES` cached (the caching allocator keeps freed blocks for this process otherwise) — only in
+  a judge process of its own (:data:`OWN_PROCESS`, set by ``judge._main``): in pytest's process, after earlier
+  gradings there, its ``gc.collect()`` hung for minutes on the H100 (2026-11-27, a finalizer among their garbage:
+  results/gpu-tier-h100-2026-11-27-e), and a judge in its caller's process grades alone anyway;
 * :func:`retry` runs a step of the judge again after waiting, when it ran out of memory, and raises
   :class:`GraderOutOfMemory` (a verdict of "not graded here", never a failure) when the GPU stays full;
 * :func:`describe` says in one line how full the GPU was and who held it, for that verdict and for a learner's
@@ -20,6 +23,7 @@ import os
 import time
 
 TRIM_BYTES = 64 << 20        # cached but unused: handed back above this
+OWN_PROCESS = False          # this process is a judge process and nothing else (judge._main): it may trim
 WAITS_S = (3.0, 10.0, 20.0)  # how long to wait before each retry of a step that ran out of memory
 GiB = float(1 << 30)
 # For the GPU tier's test of a full GPU (tests/test_gpu.py), which caps the judge's allocator instead of filling a
@@ -56,7 +60,9 @@ def is_oom(e: BaseException) -> bool:
 def trim() -> None:
     """Hand this process's cached, unused GPU blocks back to the driver when there are more than TRIM_BYTES."""
     import torch
-    if torch.cuda.is_initialized() and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > TRIM_BYTES:
+    if not OWN_PROCESS or not torch.cuda.is_initialized():
+        return
+    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > TRIM_BYTES:
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -110,7 +116,6 @@ def retry(step, what: str, ours: set[int] = frozenset(), waits=None, sleep=time.
         except Exception as e:  # noqa: BLE001
             if not is_oom(e):
                 raise
-            gc.collect()
             _empty_cache()
             if i == len(waits):
                 raise GraderOutOfMemory(not_graded_message(what, e, ours)) from e
@@ -119,7 +124,8 @@ def retry(step, what: str, ours: set[int] = frozenset(), waits=None, sleep=time.
 
 def _empty_cache() -> None:
     import torch
-    if torch.cuda.is_initialized():
+    if OWN_PROCESS and torch.cuda.is_initialized():
+        gc.collect()
         torch.cuda.empty_cache()
 
 
