@@ -134,7 +134,6 @@ class Judge:
         self.report = Report(chapter=ch.key, title=ch.title, path=str(path), device=device, excluded=ch.excluded,
                              speed_rule=asdict(ch.speed), sass_rule=ch.sass)
         self.memory_peaks = memory.Peaks()
-        self._mid_call = False          # between a call's request and its trace (see _check_on_shared_gpu)
 
     # ---------------------------------------------------------- before anything runs
     def read_sources(self) -> bool:
@@ -397,19 +396,13 @@ class Judge:
             return self.check(p, seed)
 
         def step() -> CaseResult:
-            self._mid_call = False
-            try:
-                return self.check(p, seed)
-            except Exception as e:
-                if memory.is_oom(e) and self._mid_call:    # between the worker's answer and its trace: a fresh
-                    self.worker.stop()                     # worker, as its next message would be that trace
-                raise
+            return memory.retry(lambda: self.check(p, seed), f"checking {p.name}", self._ours())
         try:
-            res = memory.retry(step, f"checking {p.name}", self._ours())
+            res = step()
             if res.cause == Cause.OUT_OF_MEMORY:
                 memory.trim()
                 time.sleep(memory.wait_times()[0])
-                res = memory.retry(step, f"checking {p.name}", self._ours())
+                res = step()
                 if res.cause == Cause.OUT_OF_MEMORY:
                     res.message += f" (twice; when the grader looked: {memory.describe(self._ours())})"
         except memory.GraderOutOfMemory as e:
@@ -469,15 +462,18 @@ class Judge:
         if fn:
             spec["fn"] = fn
         spec["nonce"] = f"{random.getrandbits(64):016x}"
-        self._mid_call = True
         msg = self.worker.request(("call", spec), self.check_timeout)
         # The worker finished the call on its own stream before answering "done" (a fault would have been
         # its error instead): nothing of the judge's waits on an event a dead worker could leave unsignalled.
-        outputs = read()
+        try:
+            outputs = read()
+        except Exception:        # the judge out of memory (retried by its caller): the worker's next message is
+            if msg["op"] == "done" and self.ch.anticheat:      # this call's trace, taken now
+                self.worker.receive(self.check_timeout)
+            raise
         trace_msg = None
         if msg["op"] == "done" and self.ch.anticheat:
             trace_msg = self.worker.receive(self.check_timeout)
-        self._mid_call = False
         tampered = msg.get("tampering") or (trace_msg or {}).get("tampering")
         if tampered or msg["op"] != "done":
             if self.device == "cuda":
