@@ -13,7 +13,9 @@ Step 8a's kernels with three changes, each a known lever of the FlashAttention-2
    summation order; ``dq_mode="pass"`` (the default) keeps step 8a's deterministic second pass.
 What changed since step 8a: autotuning, the diagonal/off-diagonal split and the atomic dQ option.
 Limitation: plain pointer loads (no TMA descriptors) and no warp specialization; the configuration lists are a first
-guess made without a GPU, to be pruned by the chapter's H100 sweep.
+guess made without a GPU. Against step 8a with the tiles of its sweep, it buys nothing on an H100 at D = 128, and its
+atomic dQ is slower than the pass there (results/ch08-time-h100-2026-11-27-b-partial.log, printed on the chapter's
+page of measurements): the next step needs a new idea, not new tiles.
 
 Same interface as step 8a: ``attention(q, k, v, *, causal=False)`` (differentiable), ``forward`` (→ o, lse),
 ``backward(..., dq_mode="pass" | "atomic")`` (→ dq, dk, dv). Under Triton's interpreter (``TRITON_INTERPRET=1``,
