@@ -266,7 +266,7 @@ def parser() -> argparse.ArgumentParser:
                         help="show the Python traceback of an error (FLASHTUTOR_DEBUG=1 also logs the judge's steps)")
     p = _Parser(prog="flashtutor", description="fast attention kernels: grade, inspect, check setup",
                 epilog="exit codes: 0 pass, 1 fail, 2 usage error, 3 not graded here (no GPU for this chapter, "
-                       "needs sm_90, timing disturbed: re-run), 4 the grader failed", parents=[common])
+                       "needs sm_90, the GPU's memory taken by other processes, timing disturbed: re-run), 4 the grader failed", parents=[common])
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="grade an exercise against SDPA", parents=[common])
     g.add_argument("chapter", help="chapter number, e.g. 01")

@@ -75,12 +75,14 @@ def test_a_case_the_grader_could_not_check_makes_the_grade_not_run_not_fail():
     r = _decided([CaseResult("B1 H16 S1024 D64", 1, True, err=1e-4, bound=2e-4),
                   CaseResult("B4 H32 S4096 D128", 1, False, Cause.GRADER_MEMORY, FULL)])
     assert r.verdict == Verdict.NOT_RUN and r.summary == FULL
+    assert r.scope.startswith("not graded here — the GPU's memory was taken by other processes; 1 of 2 cases"), r.scope
+    assert r.exit_code == 3
 
 
 def test_a_shape_the_grader_could_not_time_makes_the_grade_not_run_not_pass():
     t = TimingResult("B4 H32 S4096 D128", "stream", causes=[Cause.GRADER_MEMORY], messages=[FULL])
     r = _decided([CaseResult("B1 H16 S1024 D64", 1, True, err=1e-4, bound=2e-4)], [t])
-    assert r.verdict == Verdict.NOT_RUN and r.summary == FULL
+    assert r.verdict == Verdict.NOT_RUN and r.summary == FULL and "not graded here" in r.scope
 
 
 def test_a_real_failure_beside_a_full_gpu_still_fails():

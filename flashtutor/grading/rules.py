@@ -151,6 +151,13 @@ def scope(r, ch: Chapter) -> str:
     timed = [t for t in r.timings if not t.skipped and t.times]
     if r.verdict == Verdict.NOT_RUN:
         arch = needs_arch(ch)
+        full = r.error_cause == Cause.GRADER_MEMORY or any(c.cause == Cause.GRADER_MEMORY for c in r.checks) \
+            or any(Cause.GRADER_MEMORY in t.causes for t in r.timings)
+        if full:
+            ok = sum(c.ok for c in r.checks)
+            return (f"not graded here — the GPU's memory was taken by other processes; {ok} of {len(r.checks)} "
+                    "cases were checked and passed before it ran out" if ok else
+                    "not graded here — the GPU's memory was taken by other processes")
         if r.error_cause == Cause.UNSUPPORTED_GPU or (arch and r.device == "cuda"):
             return f"not run — chapter {ch.key} needs {arch or 'sm_90'} (H100/H200)"
         need = f"a Hopper GPU ({arch}: H100/H200)" if arch else "a CUDA GPU"
