@@ -276,7 +276,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--no-timing", action="store_true", help="correctness only")
     g.add_argument("--graph", action="store_true", help="also time CUDA-graph replay")
     g.add_argument("--reference", action="store_true", help="also time the chapter's reference kernel")
-    g.add_argument("--sets", help="comma-separated shape sets checked for correctness (seed, small, large, odd, cpu)")
+    g.add_argument("--sets", help="comma-separated shape sets checked for correctness (seed, small, short, large, odd, odd_long, cpu, "
+                        "emulated)")
     g.add_argument("--time-sets", help="comma-separated shape sets timed (default: the chapter's)")
     g.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if a GPU is visible")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
