@@ -84,9 +84,9 @@
 // a[r] packs d[8kk + 2r], d[8kk + 2r + 1] of the score accumulator for keys 16kk..16kk+15 — so P goes
 // from the score registers into the second GEMM without any data movement between threads.
 //
-// Not yet run on a GPU (written on a CPU machine; it compiles for sm_90a with no local memory). The
-// descriptor bits and fragment layouts follow the PTX ISA and CUTLASS's sm90 layouts;
-// scripts/ch07_gpu.py checks them first with small probe kernels (k07_probes.cu).
+// It compiles for sm_90a with no local memory. The descriptor bits and fragment layouts follow the
+// PTX ISA and CUTLASS's sm90 layouts; scripts/ch07_gpu.py checks them first with small probe kernels
+// (k07_probes.cu).
 #include "hopper.cuh"   // mbarriers, TMA, wgmma, setmaxnreg in inline PTX: flashtutor/cuda/hopper.cuh
 
 constexpr int Br = 64;               // query rows per block: wgmma's M, one warpgroup

@@ -1,5 +1,5 @@
-"""Chapter 7, step b (the chapter's solution and its reference): warp specialization — a producer warp
-issues TMA, two consumer warpgroups compute, setmaxnreg moves registers to the consumers; causal masking
+"""Chapter 7, step b (the chapter's solution and its reference): warp specialization — a producer
+warpgroup issues TMA, two consumer warpgroups compute, setmaxnreg moves registers to the consumers; causal masking
 skips whole tiles.
 
 This is the solution itself, loaded from ``solutions/07_hopper/attention.py`` (which compiles its sibling

@@ -1,4 +1,4 @@
-// Chapter 7 (step b of the chapter) — warp specialization: a producer warp feeds two consumer
+// Chapter 7 (step b of the chapter) — warp specialization: a producer warpgroup feeds two consumer
 // warpgroups through a TMA + mbarrier ring, and setmaxnreg moves registers from one to the others.
 //
 // The idea: in step a one warpgroup did everything in turn, and one of its threads also issued the
@@ -25,7 +25,7 @@
 // only (the producer never loads the others), and only tiles crossing the diagonal or the end of the
 // sequence are masked element by element.
 //
-// What changed since step a: the roles (producer warp / 2 consumer warpgroups), kv_empty barriers and
+// What changed since step a: the roles (producer warpgroup / 2 consumer warpgroups), kv_empty barriers and
 // the phase arithmetic, Br = 128 and Bc = 128 (wgmma N = 128 for S), setmaxnreg.
 // The consumers' `ready` flag and the producer's check of `abort` exist for the exercise: an
 // unwritten wait leaves `ready` false, the consumers stop at once and raise `abort`, and the producer,
@@ -37,8 +37,8 @@
 // warpgroup's GEMMs, whenever they happen to coincide. Step c orders them (ping-pong) and overlaps
 // the next Q·Kᵀ with the current softmax within a warpgroup.
 //
-// Not yet run on a GPU (written on a CPU machine; compiles for sm_90a). The header of
-// k07a_wgmma_tma.cu explains TMA, the 128-byte swizzle, the wgmma descriptor and fragment layouts.
+// The header of k07a_wgmma_tma.cu explains TMA, the 128-byte swizzle, the wgmma descriptor and
+// fragment layouts.
 #include "hopper.cuh"   // mbarriers, TMA, wgmma, setmaxnreg in inline PTX: flashtutor/cuda/hopper.cuh
 
 constexpr int CONSUMERS = 2;                  // consumer warpgroups per block
