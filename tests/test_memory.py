@@ -89,3 +89,58 @@ def test_a_real_failure_beside_a_full_gpu_still_fails():
     r = _decided([CaseResult("B1 H16 S1024 D64", 1, False, Cause.WRONG, "wrong by 0.5"),
                   CaseResult("B4 H32 S4096 D128", 1, False, Cause.GRADER_MEMORY, FULL)])
     assert r.verdict == Verdict.FAIL
+
+
+# ---------------------------------------------------------------- the judge's case loop, with a stand-in check
+class _Worker:
+    pid = 4242
+    stopped = 0
+
+    def stop(self):
+        self.stopped += 1
+
+
+def _judge(monkeypatch, results):
+    """A Judge on 'cuda' whose check() plays ``results`` in turn (an exception is raised, a CaseResult returned)."""
+    from flashtutor.grading.judge import Judge
+    monkeypatch.setenv(memory.WAITS_ENV, "0,0")
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    j = object.__new__(Judge)
+    j.device, j.worker, j.memory_peaks = "cuda", _Worker(), memory.Peaks()
+    monkeypatch.setattr(memory.Peaks, "sample", lambda self, pid: None)
+    played = iter(results)
+
+    def check(p, seed):
+        r = next(played)
+        if isinstance(r, BaseException):
+            raise r
+        return r
+    j.check = check
+    return j
+
+
+class _P:
+    name = "B4 H32 S4096 D128"
+
+
+def test_the_judge_retries_a_case_it_ran_out_of_memory_in_with_the_same_worker(monkeypatch):
+    ok = CaseResult(_P.name, 1, True, err=1e-4, bound=2e-4)
+    j = _judge(monkeypatch, [torch.OutOfMemoryError(OOM), torch.OutOfMemoryError(OOM), ok])
+    assert j._check_on_shared_gpu(_P, 1) is ok
+    assert j.worker.stopped == 0
+
+
+def test_a_case_the_judge_cannot_find_memory_for_reads_not_graded_here(monkeypatch):
+    j = _judge(monkeypatch, [torch.OutOfMemoryError(OOM)] * 3)
+    r = j._check_on_shared_gpu(_P, 1)
+    assert not r.ok and r.cause == Cause.GRADER_MEMORY
+    assert r.message.startswith("not graded here: the grader ran out of GPU memory checking B4 H32 S4096 D128")
+
+
+def test_the_learners_out_of_memory_is_tried_again_and_then_fails_saying_how_full_the_gpu_was(monkeypatch):
+    oom = CaseResult(_P.name, 1, False, Cause.OUT_OF_MEMORY, "CUDA out of memory in attention()")
+    ok = CaseResult(_P.name, 1, True, err=1e-4, bound=2e-4)
+    assert _judge(monkeypatch, [oom, ok])._check_on_shared_gpu(_P, 1) is ok        # the GPU was busy: passes
+    again = CaseResult(_P.name, 1, False, Cause.OUT_OF_MEMORY, "CUDA out of memory in attention()")
+    r = _judge(monkeypatch, [oom, again])._check_on_shared_gpu(_P, 1)
+    assert r.cause == Cause.OUT_OF_MEMORY and "(twice; when the grader looked:" in r.message
