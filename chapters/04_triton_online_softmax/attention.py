@@ -26,8 +26,9 @@ import flashtutor as ft
 
 LOG2E = 1.4426950408889634    # log2(e) = 1/ln 2: e^x = 2^(x·log2 e), and 2^x is one instruction (MUFU.EX2)
 
-# One tile configuration for both head dims, chosen from the chapter's sweep on an H200 (the notebook
-# shows the sweep): BLOCK_M query rows and BLOCK_N keys per step, warps per program, pipeline stages.
+# One tile configuration for both head dims, chosen from the chapter's sweep when it ran on an H200 (the
+# notebook shows the same sweep run on an H100): BLOCK_M query rows and BLOCK_N keys per step, warps per
+# program, pipeline stages.
 CONFIGS = {
     64: dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     128: dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
