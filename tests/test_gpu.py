@@ -105,11 +105,13 @@ def test_correct_code_is_never_failed_while_another_process_computes(gradings):
     assert all(c.ok for c in r.checks)
 
 
-def test_a_gpu_without_memory_for_the_grader_gives_not_graded_here_never_a_failure(monkeypatch):
+def test_a_gpu_without_memory_for_the_grader_gives_not_graded_here_never_a_failure(gradings, monkeypatch):
     """The judge's allocator capped at 1.25 GiB, what a GPU full of other processes' memory would leave it: enough
     for its arena and the seed cases, not for the reference of the large set. The seed cases pass,
     each large case reads "not graded here" after the judge's retries, and the verdict is "not run" (exit code 3)
-    — never FAIL, never "the grader failed". The cap is the judge's alone: the tier's other gradings keep theirs."""
+    — never FAIL, never "the grader failed". The cap is the judge's alone: the tier's other gradings keep theirs.
+    After the tier's pool: beside it, the test waited about 100 s for the pool's timed shapes (H100, 2026-11-27)."""
+    gradings.wait_all()
     from flashtutor.grading import memory
     monkeypatch.setenv(memory.LIMIT_ENV, str(5 << 28))    # the arena (512 MiB), the copies, not the reference
     monkeypatch.setenv(memory.WAITS_ENV, "0.2,0.2")
@@ -122,7 +124,7 @@ def test_a_gpu_without_memory_for_the_grader_gives_not_graded_here_never_a_failu
     assert large and all(str(c.cause) == "grader out of GPU memory" for c in large), [c.message for c in large]
     assert r.summary.startswith("not graded here: the grader ran out of GPU memory checking B4 H32 S4096"), r.summary
     assert r.memory["judge_gib"] <= 1.25, r.memory
-    # retried in place, not with a fresh worker per try (252 s so, beside the tier's gradings, 2026-11-27)
+    # retried in place, not with a fresh worker per try (252 s so, 2026-11-27)
     assert r.seconds - r.phases.get("gpu wait", 0.0) < 90, r.phases
 
 
