@@ -144,3 +144,17 @@ def test_the_learners_out_of_memory_is_tried_again_and_then_fails_saying_how_ful
     again = CaseResult(_P.name, 1, False, Cause.OUT_OF_MEMORY, "CUDA out of memory in attention()")
     r = _judge(monkeypatch, [oom, again])._check_on_shared_gpu(_P, 1)
     assert r.cause == Cause.OUT_OF_MEMORY and "(twice; when the grader looked:" in r.message
+
+
+def test_a_worker_that_holds_most_of_the_gpu_fails_instead_of_reading_not_graded_here(monkeypatch):
+    """A submission that keeps most of the GPU's memory in its own process (to run the grader out of memory and
+    turn a failure into "not graded here") gets the out-of-memory as its own failure; a worker holding little
+    leaves the verdict "not graded here"."""
+    monkeypatch.setattr(memory, "_total_bytes", lambda: 80 << 30)
+    monkeypatch.setattr(memory, "processes", lambda: {_Worker.pid: 60 << 30, 99: 10 << 30})
+    r = _judge(monkeypatch, [torch.OutOfMemoryError(OOM)] * 3)._check_on_shared_gpu(_P, 1)
+    assert r.cause == Cause.OUT_OF_MEMORY, r
+    assert "while your code's process held 60.0 of 80.0 GiB" in r.message
+    monkeypatch.setattr(memory, "processes", lambda: {_Worker.pid: 1 << 30, 99: 70 << 30})
+    r = _judge(monkeypatch, [torch.OutOfMemoryError(OOM)] * 3)._check_on_shared_gpu(_P, 1)
+    assert r.cause == Cause.GRADER_MEMORY, r

@@ -94,6 +94,31 @@ def describe(ours: set[int] = frozenset()) -> str:
     return text
 
 
+def _total_bytes() -> int:
+    import torch
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+
+
+HOG_FRACTION = 0.5           # a worker holding more than this share of the GPU ran the grader out of memory itself
+
+
+def worker_hog(worker_pid: int | None) -> str:
+    """'' — or, when the learner's own worker holds more than HOG_FRACTION of the GPU's memory, why the grader's
+    out-of-memory is the submission's doing (a kernel that keeps memory between calls): then the grade fails with
+    it instead of reading "not graded here", which a submission could otherwise reach on purpose."""
+    if not worker_pid:
+        return ""
+    held = processes().get(worker_pid, 0)
+    try:
+        total = _total_bytes()
+    except Exception:  # noqa: BLE001
+        return ""
+    if total and held > HOG_FRACTION * total:
+        return (f"the grader ran out of GPU memory while your code's process held {held / GiB:.1f} of "
+                f"{total / GiB:.1f} GiB: attention() must not keep that much memory between calls")
+    return ""
+
+
 def first_sentence(e: BaseException) -> str:
     """torch's out-of-memory message up to its first period: what was asked ("Tried to allocate 130.00 MiB")."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

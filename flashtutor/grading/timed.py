@@ -49,11 +49,13 @@ class TimedPhase:
             except Exception as e:  # noqa: BLE001
                 if not memory.is_oom(e):
                     raise
+                hog = memory.worker_hog(self.j.worker.pid)      # before the worker goes
                 self.j.worker.stop()
                 memory.trim()
-                if wait is None:
-                    res.causes.append(Cause.GRADER_MEMORY)
-                    res.messages.append(memory.not_graded_message(f"timing {p.name}", e, self.j._ours()))
+                if hog or wait is None:
+                    res.causes.append(Cause.OUT_OF_MEMORY if hog else Cause.GRADER_MEMORY)
+                    res.messages.append(f"{p.name} (timing): {hog}" if hog else
+                                        memory.not_graded_message(f"timing {p.name}", e, self.j._ours()))
                     return res
                 time.sleep(wait)
 
