@@ -128,6 +128,34 @@ def test_a_gpu_without_memory_for_the_grader_gives_not_graded_here_never_a_failu
     assert r.seconds - r.phases.get("gpu wait", 0.0) < 90, r.phases
 
 
+def test_a_kernel_that_keeps_the_gpus_memory_fails_instead_of_going_ungraded(gradings, tmp_path, monkeypatch):
+    """Chapter 4's solution, correct, but its first call keeps nearly all the GPU's free memory in its own process
+    (the way a submission could run the grader out of memory and turn its verdict into "not graded here"): the
+    grade is FAIL with cause "out of memory", naming what the submission's process held. After the tier's pool,
+    alone: beside it, the other gradings would run out of memory."""
+    gradings.wait_all()
+    import shutil
+    from flashtutor.chapters import get_chapter
+    from flashtutor.grading import memory
+    monkeypatch.setenv(memory.WAITS_ENV, "0.2,0.2")
+    ch = get_chapter("04")
+    folder = tmp_path / "hog"
+    shutil.copytree(ch.solution_dir, folder)
+    path = folder / ch.entry
+    text = path.read_text(encoding="utf-8")
+    head = "def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False) -> torch.Tensor:\n"
+    assert text.count(head) == 1
+    path.write_text(text.replace(head, "_KEPT = []\n\n\n" + head + (
+        "    if not _KEPT:                       # nearly all the GPU's free memory, kept between calls\n"
+        "        free, _ = torch.cuda.mem_get_info()\n"
+        "        _KEPT.append(torch.empty(free - (64 << 20), dtype=torch.uint8, device=q.device))\n")),
+        encoding="utf-8")
+    r = grade("04", path=path, progress=False, sets=("seed", "large"), seeds=1, timing=False, separate_judge=True)
+    assert r.verdict == "fail", (r.verdict, r.summary, r.failures[:3])
+    assert "out of memory" in {str(c.cause) for c in r.checks if not c.ok}, r.failures[:3]
+    assert "grader out of GPU memory" not in r.causes, r.failures[:3]
+
+
 # (chapter, arguments of grade): an import that fails (chapter 5's stub: build() unwritten) graded from a judge
 # process of its own, as from a notebook; and a timed grading of chapter 7's solution on the seed shape (graphs,
 # events, the course's TMA maps, which keep the tensors they map) with the judge in the calling process, so that
