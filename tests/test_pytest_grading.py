@@ -154,6 +154,15 @@ def _scenarios():
                                                  resources={"attention.cu": {"k": {"opcodes": {"FFMA": 9}}}})),
         "compiled only, HMMA": (ch3, _report(ch3, device="cpu", compile_only=True, arch="sm_90a", resources=hmma)),
         "interpreted, correct": (ch4, _report(ch4, device="cpu", checks=_all_cases(ch4, "cpu"))),
+        # the GPU's memory taken by other processes: "not graded here", every item skipped or passed, none failed
+        "grader out of memory, a case": (ch4, _report(ch4, checks=_all_cases(ch4, "cuda")[:-1] + [
+            _case(list(pg.shape_sets(ch4, "cuda"))[-1], ok=False, cause=Cause.GRADER_MEMORY,
+                  message="not graded here: the grader ran out of GPU memory checking it")])),
+        "grader out of memory, timing": (ch4, _report(ch4, checks=_all_cases(ch4, "cuda"), timings=[
+            _timed("B1 H16 S1024 D64", 1.0, causes=[Cause.GRADER_MEMORY],
+                   messages=["not graded here: the grader ran out of GPU memory timing B1 H16 S1024 D64"])])),
+        "grader out of memory, setup": (ch4, _report(ch4, error_cause=Cause.GRADER_MEMORY,
+                                                     error="not graded here: the grader ran out of GPU memory")),
         "a case of no set": (ch4, _report(ch4, device="cpu", checks=_all_cases(ch4, "cpu") + [
             _case("B7 H7 S7 D64", ok=False, cause=Cause.TAIL, message="the last rows are wrong")])),
         "sanitizer findings": (ch4, _report(ch4, checks=_all_cases(ch4, "cuda"), sanitizer={

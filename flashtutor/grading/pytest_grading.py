@@ -96,6 +96,11 @@ def criteria(ch: Chapter, device: str, sanitize: bool = False, sets: dict[str, s
 
 
 # ---------------------------------------------------------------- report → one outcome per criterion -----
+# What this machine could not grade, a skip and not a failure: a GPU the chapter cannot run on, a GPU whose memory
+# other processes hold (rules.NOT_GRADED_HERE).
+HERE = (Cause.UNSUPPORTED_GPU, Cause.GRADER_MEMORY)
+
+
 def setup_reason(r) -> str:
     """A failed setup in one line: 'compile error: …', 'import error: …', 'unwritten: …'."""
     first = next((ln.strip() for ln in r.error.splitlines() if ln.strip()), "")
@@ -128,7 +133,7 @@ def outcomes(r, ch: Chapter, crits: list[Criterion], sets: dict[str, str]) -> di
     where = r.execution or r.device
 
     # ---- correctness, one item per shape set
-    if r.error and r.error_cause == Cause.UNSUPPORTED_GPU:       # not graded here (rules: "not run")
+    if r.error and r.error_cause in HERE:                        # not graded here (rules: "not run")
         for c in corr:
             out[c] = (SKIPPED, f"correctness ({c.shape_set}): {setup_reason(r)}")
     elif r.error:
@@ -144,8 +149,8 @@ def outcomes(r, ch: Chapter, crits: list[Criterion], sets: dict[str, str]) -> di
             by_set[s if s in by_set else corr[0].shape_set].append(case)
         for c in corr:
             cases = by_set[c.shape_set]
-            bad = [x for x in cases if not x.ok and x.cause != Cause.UNSUPPORTED_GPU]
-            unsupported = [x for x in cases if not x.ok and x.cause == Cause.UNSUPPORTED_GPU]
+            bad = [x for x in cases if not x.ok and x.cause not in HERE]
+            unsupported = [x for x in cases if not x.ok and x.cause in HERE]
             if bad:
                 causes = ", ".join(dict.fromkeys(str(x.cause or Cause.WRONG) for x in bad))
                 head = f"{len(bad)}/{len(cases)} cases of {_set_label(c.shape_set)} fail ({causes}):"
@@ -218,7 +223,10 @@ def _speed(r, ch: Chapter) -> tuple[str, str]:
         return SKIPPED, "speed: not timed in this grading"
     if not timed:
         return SKIPPED, f"speed: not timed — {r.timings[0].skipped}"
-    broken = [msg or str(cause) for t in timed for cause, msg in zip(t.causes, t.messages + [""] * len(t.causes))]
+    pairs = [(cause, msg) for t in timed for cause, msg in zip(t.causes, t.messages + [""] * len(t.causes))]
+    if pairs and all(cause in HERE for cause, _ in pairs):
+        return SKIPPED, f"speed: {pairs[0][1] or pairs[0][0]}"
+    broken = [msg or str(cause) for cause, msg in pairs]
     slow = [v for t in timed if not t.disturbed and not t.causes for v in speed_violations(ch.speed, t)]
     if broken or slow:
         lines = broken + ((["slower than the chapter's speed rule allows:"] + slow) if slow else [])
