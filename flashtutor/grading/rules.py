@@ -155,9 +155,8 @@ def scope(r, ch: Chapter) -> str:
             or any(Cause.GRADER_MEMORY in t.causes for t in r.timings)
         if full:
             ok = sum(c.ok for c in r.checks)
-            return (f"not graded here — the GPU's memory was taken by other processes; {ok} of {len(r.checks)} "
-                    "cases were checked and passed before it ran out" if ok else
-                    "not graded here — the GPU's memory was taken by other processes")
+            return (f"not graded here — {ok} of {len(r.checks)} cases checked, all passed, before the GPU ran out "
+                    "of memory" if ok else "not graded here — the GPU ran out of memory")
         if r.error_cause == Cause.UNSUPPORTED_GPU or (arch and r.device == "cuda"):
             return f"not run — chapter {ch.key} needs {arch or 'sm_90'} (H100/H200)"
         need = f"a Hopper GPU ({arch}: H100/H200)" if arch else "a CUDA GPU"
@@ -377,7 +376,7 @@ def _is_syntax_finding(f: dict) -> bool:
 def decide(r, ch: Chapter) -> None:
     """Fill ``r.verdict``, ``r.scope``, ``r.summary``, ``r.failures`` from the evidence already in the report."""
     r.failures, causes = [], []
-    r.shared = shared_by_failures(r.checks)
+    r.shared = shared_by_failures([c for c in r.checks if str(c.cause) not in NOT_GRADED_HERE])
 
     def fail(cause, message):
         causes.append(cause)
