@@ -25,8 +25,8 @@ What a graph fixes, and so the limits of this cache:
 * **Addresses.** The kernels' pointer arguments are baked into the graph. The cache key therefore
   holds every input's data pointer (and shape, dtype, device): a replay reads whatever is *now* at
   those addresses. Refreshing the inputs in place (``q.copy_(new)``) is fine and is how a graph is
-  meant to be fed; new tensors at other addresses are a cache miss, and a new capture (about a
-  millisecond: a warm-up call, the capture, the graph's instantiation).
+  meant to be fed; new tensors at other addresses are a cache miss, and a new capture (milliseconds:
+  a warm-up call, the capture, the graph's instantiation; chapter 6's remedies page times one).
 * **The output is static.** The graph writes into the buffer it was captured with, so every call
   with the same key returns *the same tensor*, overwritten. Keep a result across calls with
   ``out.clone()``. Do not pass a returned output back in as an input of the same key's call.
