@@ -226,12 +226,7 @@ class Judge:
         except Exception as e:  # noqa: BLE001 — the judge's own memory, the GPU full: not graded here
             if not (isinstance(e, memory.GraderOutOfMemory) or (self.device == "cuda" and memory.is_oom(e))):
                 raise
-            hog = memory.worker_hog(self.worker.pid)
-            if hog:
-                r.set_error(Cause.OUT_OF_MEMORY, hog)
-            else:
-                r.set_error(Cause.GRADER_MEMORY, str(e) if isinstance(e, memory.GraderOutOfMemory)
-                            else memory.not_graded_message("", e, self._ours()))
+            r.set_error(*memory.verdict(e, "", self.worker.pid, self._ours()))
         finally:
             if self.device == "cuda":
                 self.memory_peaks.sample(self.worker.pid)
@@ -408,9 +403,7 @@ class Judge:
                 if res.cause == Cause.OUT_OF_MEMORY:
                     res.message += f" (twice; when the grader looked: {memory.describe(self._ours())})"
         except memory.GraderOutOfMemory as e:
-            hog = memory.worker_hog(self.worker.pid)
-            res = CaseResult(p.name, seed, False, Cause.OUT_OF_MEMORY, hog) if hog else \
-                CaseResult(p.name, seed, False, Cause.GRADER_MEMORY, str(e))
+            res = CaseResult(p.name, seed, False, *memory.verdict(e, "", self.worker.pid))
         memory.trim()
         self.memory_peaks.sample(self.worker.pid)
         return res

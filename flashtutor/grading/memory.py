@@ -57,12 +57,12 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
 
 
-def trim() -> None:
-    """Hand this process's cached, unused GPU blocks back to the driver when there are more than TRIM_BYTES."""
+def trim(above: int = TRIM_BYTES) -> None:
+    """Hand this process's cached, unused GPU blocks back to the driver when there are more than ``above`` bytes."""
     import torch
     if not OWN_PROCESS or not torch.cuda.is_initialized():
         return
-    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > TRIM_BYTES:
+    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > above:
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -119,6 +119,16 @@ def worker_hog(worker_pid: int | None) -> str:
     return ""
 
 
+def verdict(e: BaseException, what: str, worker_pid: int | None, ours: set[int] = frozenset()):
+    """(cause, message) of the judge's out-of-memory ``e`` (after its retries, or raised anywhere else): the
+    submission's failure when its own process holds most of the GPU (:func:`worker_hog`), else "not graded here"."""
+    from .evidence import Cause
+    hog = worker_hog(worker_pid)
+    if hog:
+        return Cause.OUT_OF_MEMORY, hog
+    return Cause.GRADER_MEMORY, str(e) if isinstance(e, GraderOutOfMemory) else not_graded_message(what, e, ours)
+
+
 def first_sentence(e: BaseException) -> str:
     """torch's out-of-memory message up to its first period: what was asked ("Tried to allocate 130.00 MiB")."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -141,17 +151,10 @@ def retry(step, what: str, ours: set[int] = frozenset(), waits=None, sleep=time.
         except Exception as e:  # noqa: BLE001
             if not is_oom(e):
                 raise
-            _empty_cache()
+            trim(above=0)
             if i == len(waits):
                 raise GraderOutOfMemory(not_graded_message(what, e, ours)) from e
             sleep(waits[i])
-
-
-def _empty_cache() -> None:
-    import torch
-    if OWN_PROCESS and torch.cuda.is_initialized():
-        gc.collect()
-        torch.cuda.empty_cache()
 
 
 class Peaks:

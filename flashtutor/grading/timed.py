@@ -9,7 +9,7 @@ import time
 
 from ..problems import Problem
 from .evidence import Cause, TimingResult, tampering_message
-from . import timing as tm, trace as tr
+from . import memory, timing as tm, trace as tr
 
 ATTEMPTS = 3
 
@@ -41,7 +41,6 @@ class TimedPhase:
     def shape(self, p: Problem) -> TimingResult:
         """The shape timed; when the judge runs out of GPU memory (other processes hold it), again after a wait
         with a fresh worker (the batch it was in is abandoned), and "not graded here" when the GPU stays full."""
-        from . import memory
         for wait in (*memory.wait_times(), None):
             res = TimingResult(p.name, "graph" if self.graph_basis else "stream")
             try:
@@ -49,13 +48,12 @@ class TimedPhase:
             except Exception as e:  # noqa: BLE001
                 if not memory.is_oom(e):
                     raise
-                hog = memory.worker_hog(self.j.worker.pid)      # before the worker goes
-                self.j.worker.stop()
+                cause, message = memory.verdict(e, f"timing {p.name}", self.j.worker.pid, self.j._ours())
+                self.j.worker.stop()                              # after the verdict: it reads the worker's memory
                 memory.trim()
-                if hog or wait is None:
-                    res.causes.append(Cause.OUT_OF_MEMORY if hog else Cause.GRADER_MEMORY)
-                    res.messages.append(f"{p.name} (timing): {hog}" if hog else
-                                        memory.not_graded_message(f"timing {p.name}", e, self.j._ours()))
+                if cause == Cause.OUT_OF_MEMORY or wait is None:
+                    res.causes.append(cause)
+                    res.messages.append(f"{p.name} (timing): {message}" if cause == Cause.OUT_OF_MEMORY else message)
                     return res
                 time.sleep(wait)
 
@@ -75,7 +73,6 @@ class TimedPhase:
             try:
                 return self._shape_alone(p, res)
             finally:
-                from . import memory
                 memory.trim()                  # SDPA's graphs and outputs, the re-checks' references: back now
                 self.j.memory_peaks.sample(self.j.worker.pid)
                 tm.log_line(event="timed shape", chapter=self.j.ch.key, shape=p.name, asked=round(t_lock, 3),
