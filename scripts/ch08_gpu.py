@@ -5,7 +5,8 @@
     PYTHONPATH=$PWD python scripts/ch08_gpu.py out.json --steps 8a --shapes 4,32,4096,128   # one step, one shape
 
 1. correctness of each step (8a = the solution, 8b = the tuned step with its second dQ pass, 8b-atomic = the tuned
-   step with dQ by atomics) against float64 (flashtutor.backward.reference_grads) under the chapter's rule, once with
+   step with dQ by atomics, 8c = one fused kernel with TMA tiles and dQ by TMA reduce-adds, checked with its first
+   configuration, not its autotuner) against float64 (flashtutor.backward.reference_grads) under the chapter's rule, once with
    SDPA's cuDNN backend and once with its FLASH backend as the yardstick, on odd S, B and H > 1, both head dims,
    causal and not, and large logits (q, k × 6); beside it, the FA2-precision emulation (the CPU tier's stand-in for
    SDPA) under the same rule against each backend, which says whether that stand-in is as strict as the real thing;
@@ -53,7 +54,33 @@ def steps(names):
         if "8b-atomic" in names:
             out["8b-atomic"] = (b.forward, lambda *x, **kw: b.backward(*x, dq_mode="atomic", **kw),
                                 lambda q, k, v, causal=False: b.attention(q, k, v, causal=causal, dq_mode="atomic"))
+    if "8c" in names:
+        from flashtutor.kernels import k08c_backward_tma as c
+        out["8c"] = (c.forward, c.backward, c.attention)
     return out
+
+
+def fixed_config(step_fns):
+    """The steps for the correctness part: 8c with its first listed configuration per head dim instead of its
+    autotuner (which would compile every configuration for every (S bucket, D, causal) of the checks)."""
+    if "8c" not in step_fns:
+        return step_fns
+    from flashtutor.kernels import k08c_backward_tma as c
+
+    def bwd(q, k, v, o, lse, do, *, causal=False):
+        m, n, w, st = c.TUNED[q.shape[-1]][0]
+        return c.launch_backward(q, k, v, o, lse, do, causal=causal, BLOCK_M=m, BLOCK_N=n, num_warps=w,
+                                 num_stages=st)
+    return {**step_fns, "8c": (step_fns["8c"][0], bwd, step_fns["8c"][2])}
+
+
+def chosen_configs():
+    """What 8c's autotuner chose, per key (S bucket, D, causal, TMA, TMA add), if it ran."""
+    import sys as _sys
+    mod = _sys.modules.get("flashtutor.kernels.k08c_backward_tma")
+    if mod is None:
+        return {}
+    return {str(k): str(v) for k, v in mod.bwd_fused_tuned.cache.items()}
 
 
 def environment():
@@ -193,7 +220,8 @@ def table(record):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="the JSON file to write")
-    ap.add_argument("--steps", nargs="+", default=["8a", "8b", "8b-atomic"], choices=["8a", "8b", "8b-atomic"])
+    ap.add_argument("--steps", nargs="+", default=["8a", "8b", "8b-atomic", "8c"],
+                    choices=["8a", "8b", "8b-atomic", "8c"])
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--reps", type=int, default=50)
@@ -215,12 +243,15 @@ def main(argv=None) -> int:
     step_fns = steps(a.steps)
     if not a.no_check:
         print("correctness (float64 reference; the rule against each SDPA backend):")
-        check(step_fns, result["records"])
+        check(fixed_config(step_fns), result["records"])
         save()
     if not a.no_time:
         shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes] if a.shapes else TIME_SHAPES
         print("timing (CUDA events, L2 flushed before each rep, alternating):")
         time_all(step_fns, shapes, a.reps, result["records"])
+        result["8c_configs"] = chosen_configs()
+        for key, cfg in result["8c_configs"].items():
+            print(f"  8c's autotuner chose {cfg} for {key}")
         save()
         print()
         print(" · ".join(f"{k} {v}" for k, v in env.items()))

@@ -179,22 +179,37 @@ def test_tuned_step_passes_the_rule(interp, shape, dq_mode):
     assert failures(checks) == []
 
 
-_TUNED = {}
+_STEPS = {}
+_CHAIN = ("flashtutor.kernels.k08c_backward_tma", "flashtutor.kernels.k08b_backward_tuned",
+          "flashtutor.kernels.k08a_backward", "flashtutor.kernels._solution_08_backward_attention")
+
+
+def _step(name):
+    """flashtutor.kernels.<name> (and the steps under it), imported while TRITON_INTERPRET=1."""
+    if name not in _STEPS:
+        import importlib
+        for mod in _CHAIN:
+            sys.modules.pop(mod, None)
+        assert os.environ.get("TRITON_INTERPRET") == "1"
+        _STEPS[name] = importlib.import_module("flashtutor.kernels." + name)
+        for mod in _CHAIN:
+            sys.modules.pop(mod, None)      # others in this process get modules compiled for their own setting
+    return _STEPS[name]
 
 
 def _tuned(interp):
-    """flashtutor.kernels.k08b_backward_tuned (and the solution under it), imported while TRITON_INTERPRET=1."""
-    if "mod" not in _TUNED:
-        import importlib
-        for name in ("flashtutor.kernels.k08b_backward_tuned", "flashtutor.kernels.k08a_backward",
-                     "flashtutor.kernels._solution_08_backward_attention"):
-            sys.modules.pop(name, None)
-        assert os.environ.get("TRITON_INTERPRET") == "1"
-        _TUNED["mod"] = importlib.import_module("flashtutor.kernels.k08b_backward_tuned")
-        for name in ("flashtutor.kernels.k08b_backward_tuned", "flashtutor.kernels.k08a_backward",
-                     "flashtutor.kernels._solution_08_backward_attention"):
-            sys.modules.pop(name, None)     # others in this process get modules compiled for their own setting
-    return _TUNED["mod"]
+    return _step("k08b_backward_tuned")
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 70, 64, True, 1), (2, 3, 37, 128, False, 6), (2, 3, 1, 64, True, 1),
+                                   (1, 2, 96, 64, False, 1)], ids=_id)
+def test_fused_tma_step_passes_the_rule(interp, shape):
+    """Step 8c: TMA descriptor loads run in the interpreter; its dQ adds are element atomics there (no TMA reduce)."""
+    fused = _step("k08c_backward_tma")
+    B, H, S, D, causal, std = shape
+    q, k, v, do = inputs(B, H, S, D, std=std, seed=1)
+    checks = bw.check_kernel(fused.forward, fused.backward, q, k, v, do, causal=causal)
+    assert failures(checks) == []
 
 
 def test_step_8a_is_the_solution(interp):
