@@ -48,7 +48,7 @@ LONG_FILES = (
     "test_grade_cpu.py",        # 35 / 34
     "test_emulated.py",         # 35 / 31
     "test_ch04.py",             # 32 / 32
-    "test_grade_ch08.py",       # 30: six gradings of chapter 8 through Triton's interpreter
+    "test_grade_ch08.py",       # 37: seven gradings of chapter 8 through Triton's interpreter
     "test_try_it.py",           # 22: the try-it and compile-error helpers, each a real `flashtutor grade`
     "test_ch07.py",             # 30 / 8
     "test_bench.py",            # 22 / 20

@@ -31,7 +31,36 @@ MUTATIONS: dict[str, tuple[set, str, list, str]] = {
         {"wrong"}, "forward",
         [("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)")],
         "the forward stores lse in base 2: its own backward would be consistent, the lse it returns is not"),
+    "dq_race_without_atomics": (
+        {"wrong"}, "lost updates when programs add to one row",   # gradients.explain's line when only dQ fails
+        [("    Q, K, V, DO, DK, DV,              # [B, H, S, D] fp16 ×6",
+          "    Q, K, V, DO, DK, DV,              # [B, H, S, D] fp16 ×6\n"
+          "    DQ_ACC,                           # [B, H, S, D] fp32, zeroed: dQ accumulated by every key block"),
+         ("        dk = tl.dot(dsT.to(q.dtype), q, dk)                    # [BLOCK_N, D] += dSᵀ Q\n",
+          "        dk = tl.dot(dsT.to(q.dtype), q, dk)                    # [BLOCK_N, D] += dSᵀ Q\n"
+          "        dsT = tl.where(kv_ok[:, None], dsT, 0.0)               # keys past S: P may be inf, inf·0 is NaN\n"
+          "        dq = tl.dot(tl.trans(dsT).to(k.dtype), k) * sm_scale   # [BLOCK_M, D] fp32: our share of dQ_i\n"
+          "        dq_ptrs = DQ_ACC + head + offs_m[:, None] * stride_s + offs_d[None, :]\n"
+          "        dq_old = tl.load(dq_ptrs, mask=q_ok[:, None], other=0.0)   # read ...\n"
+          "        tl.store(dq_ptrs, dq_old + dq, mask=q_ok[:, None])     # ... add, write: no tl.atomic_add\n"),
+         ("    pre = cfg[\"PRE\"]\n",
+          "    dq_acc = torch.zeros((B, H, S, D), dtype=torch.float32, device=q.device)   # every key block adds here\n"
+          "    pre = cfg[\"PRE\"]\n"),
+         ("q, k, v, do, dk, dv, lse, delta,", "q, k, v, do, dk, dv, dq_acc, lse, delta,"),
+         ("    c = cfg[\"DQ\"]\n"
+          "    bwd_dq_kernel[(triton.cdiv(S, c[\"BLOCK_M\"]), B * H)](\n"
+          "        q, k, v, do, dq, lse, delta, D ** -0.5, H, S, *strides, D=D, CAUSAL=causal, **c)\n"
+          "    return dq, dk, dv\n",
+          "    return dq_acc.to(q.dtype), dk, dv          # dQ folded into the dK/dV kernel: no second pass\n")],
+        "dQ folded into the dK/dV kernel (keys outer) with a plain load + add + store on an fp32 buffer instead of "
+        "tl.atomic_add: programs owning different key blocks overwrite each other's partial sums of the same rows "
+        "(lost updates, dQ too small). Right under the interpreter, whose programs run one after another: only "
+        "a GPU shows the race (GPU_ONLY)"),
 }
+
+# Bugs that only a GPU shows: right under Triton's interpreter, where programs run one at a time (no two programs'
+# read-modify-writes interleave), so the CPU grades them "pass" (tests/test_grade_ch08.py checks that it does).
+GPU_ONLY = {"dq_race_without_atomics"}
 
 
 def materialize(name: str, folder: Path) -> Path:
