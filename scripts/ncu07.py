@@ -1,7 +1,14 @@
-"""Nsight Compute profiles of chapter 7's steps and of SDPA (cuDNN) at one shape, summarised as text.
+"""Nsight Compute profiles of chapter 7's steps and of SDPA (cuDNN) at one shape, summarised as text; with
+``-bwd`` targets, chapter 8's backward steps and SDPA's cuDNN backward.
 
     PYTHONPATH=$PWD OUT=/some/dir python scripts/ncu07.py                       # 7a 7b 7c SDPA at B4 H32 S4096 D128
     PYTHONPATH=$PWD OUT=/some/dir python scripts/ncu07.py --targets 7c SDPA --shape 2 32 16384 128 --causal
+    PYTHONPATH=$PWD OUT=/some/dir python scripts/ncu07.py --targets 8a-bwd 8c-bwd SDPA-bwd --work 2.5
+
+A ``-bwd`` target profiles the backward alone: its forward (O, lse; for SDPA the autograd graph) runs before the
+warm-up, outside the profiled range, and dO is fixed. ``--work 2.5`` counts the backward's FLOPs (2.5 forwards).
+``8c-noreduce-bwd`` is step 8c with its dQ added by element atomics instead of TMA reduce-adds (same tiles as the
+autotuner's D = 128 choice, 64 × 128, 8 warps): what the reduce buys.
 
 Runs ``ncu`` on this same script in target mode (``--target``): each target is warmed up (compiled,
 called once), then called once more inside an NVTX range named ``prof``, and only kernels launched in
@@ -36,6 +43,10 @@ TARGETS = {   # name → the module whose attention(q, k, v, *, causal) is profi
     "7c": "flashtutor.kernels.k07c_pingpong",
     "SDPA": None,
 }
+BACKWARD = {"8a": "flashtutor.kernels.k08a_backward", "8b": "flashtutor.kernels.k08b_backward_tuned",
+            "8c": "flashtutor.kernels.k08c_backward_tma", "8c-noreduce": "flashtutor.kernels.k08c_backward_tma",
+            "SDPA": None}
+TARGETS.update({f"{name}-bwd": None for name in BACKWARD})
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "WarpStateStats",
             "SchedulerStats", "LaunchStats", "Occupancy", "InstructionStats")
 
@@ -51,7 +62,9 @@ def run_targets(names: list[str], shape: tuple[int, int, int, int], causal: bool
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     for name in names:
-        if name == "SDPA":
+        if name.endswith("-bwd"):
+            fn = _backward(name[:-4], q, k, v, causal)
+        elif name == "SDPA":
             _, sdpa = pinned_sdpa(q, k, v, causal=causal)
             fn = sdpa
         else:
@@ -70,6 +83,28 @@ def run_targets(names: list[str], shape: tuple[int, int, int, int], causal: bool
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
         print(f"profiled {name}", flush=True)
+
+
+def _backward(step: str, q, k, v, causal: bool):
+    """A callable running one backward of ``step`` (its forward done here, outside the profiled range)."""
+    import importlib
+
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(1)
+    do = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=g)
+    if step == "SDPA":
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            o = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
+    mod = importlib.import_module(BACKWARD[step])
+    o, lse = mod.forward(q, k, v, causal=causal)
+    if step == "8c-noreduce":
+        return lambda: mod.launch_backward(q, k, v, o, lse, do, causal=causal, BLOCK_M=64, BLOCK_N=128,
+                                           num_warps=8, num_stages=2, tma_add=False)
+    return lambda: mod.backward(q, k, v, o, lse, do, causal=causal)
 
 
 # ================================================================ parent side ======================
@@ -115,7 +150,7 @@ def profile(args, out: Path) -> tuple[Path | None, str]:
     # With the extra counters; without them, if ncu refuses one; and without the NVTX filter (kernels by
     # name instead, warm-up calls included), if the range caught nothing.
     by_name = [a for a in base if a not in ("--nvtx", "--nvtx-include", "prof/")]
-    by_name += ["-k", "regex:pingpong|wgmma_tma|ws_attention|cudnn|fmha|flash|sdpa|attn"]
+    by_name += ["-k", "regex:pingpong|wgmma_tma|ws_attention|cudnn|fmha|flash|sdpa|attn|bwd"]
     tries = ([(base, extra)] if extra else []) + [(base, []), (by_name, [])]
     for b, metrics in tries:
         cmd = b + (["--metrics", ",".join(metrics)] if metrics else []) + target
@@ -227,7 +262,7 @@ def text_report(env: dict, args, recs: list[dict], rules: dict) -> str:
              f"cuDNN {env.get('cudnn')}, triton {env.get('triton')}, {env.get('ncu')}",
              f"shape B{args.shape[0]} H{args.shape[1]} S{args.shape[2]} D{args.shape[3]}"
              f"{' causal' if args.causal else ''}; ncu --clock-control none, one profiled call per target after a "
-             f"warm-up; TFLOP/s = 4·B·H·S²·D{' / 2' if args.causal else ''} / the profiled kernel's duration "
+             f"warm-up; TFLOP/s = {args.work:g} × 4·B·H·S²·D{' / 2' if args.causal else ''} / the profiled kernel's duration "
              f"(gpu__time_duration under the profiler: indicative, the timed runs are in results/ch07-*.json)",
              f"sections: {', '.join(SECTIONS)}", ""]
     for r in recs:
@@ -286,6 +321,7 @@ def main() -> int:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--extra", action="append", default=[], help="NAME=module-or-launcher.py: another target")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--work", type=float, default=1.0, help="FLOPs in forwards (the backward: 2.5)")
     ap.add_argument("--target", nargs="*", help=argparse.SUPPRESS)     # target mode (under ncu)
     a = ap.parse_args()
     extra = dict(s.split("=", 1) for s in a.extra)
@@ -307,7 +343,7 @@ def main() -> int:
     kernels, raw = read_raw(ncu, rep)
     (out / "ncu07-raw.csv").write_text(raw)
     B, H, S, D = a.shape
-    flops = 4.0 * B * H * S * S * D / (2 if a.causal else 1)
+    flops = a.work * 4.0 * B * H * S * S * D / (2 if a.causal else 1)
     recs = summarise(kernels, a.targets, flops)
     # Kernels come back in launch order: one per target (then each is named by its target), unless a
     # target launched several (then by the kernel's name).
@@ -318,6 +354,7 @@ def main() -> int:
         for r in recs:
             kn = r["kernel"].lower()
             r["target"] = ("7a" if "wgmma_tma" in kn else "7b" if "ws_attention" in kn else "7c" if "pingpong" in kn
+                           else "8c" if "bwd_fused" in kn else "8a" if "bwd_dkdv" in kn or "bwd_dq" in kn
                            else "SDPA" if any(w in kn for w in ("cudnn", "sdpa", "fmha", "flash", "attn")) else None)
     rules = read_rules(ncu, rep)
     text = text_report(env, a, recs, rules)

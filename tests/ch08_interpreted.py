@@ -212,6 +212,18 @@ def test_fused_tma_step_passes_the_rule(interp, shape):
     assert failures(checks) == []
 
 
+@pytest.mark.parametrize("blocks", [(32, 16), (16, 32), (32, 32)])
+def test_fused_tma_step_with_query_blocks_larger_or_smaller_than_key_blocks(interp, blocks):
+    """The causal band of step 8c when Br and Bc differ either way (on 2026-11-27 a 128-query × 64-key tile visited
+    the queries after the band twice on an H100: dV 0.25 off)."""
+    fused = _step("k08c_backward_tma")
+    q, k, v, do = inputs(1, 2, 77, 64, seed=2)
+    bm, bn = blocks
+    checks = bw.check_kernel(fused.forward, lambda *a, **kw: fused.launch_backward(*a, BLOCK_M=bm, BLOCK_N=bn, **kw),
+                             q, k, v, do, causal=True)
+    assert failures(checks) == []
+
+
 def test_step_8a_is_the_solution(interp):
     """Step 8a is the solution file itself (no copy of the kernels), and the tuned step builds on it."""
     a = _tuned(interp).base

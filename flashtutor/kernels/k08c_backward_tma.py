@@ -12,7 +12,7 @@ What changed since step 8b:
    (``desc.atomic_add``) into a zeroed fp32 [B·H·S, D] buffer; a cast to fp16 follows;
 2. Q, dO, K and V tiles arrive through TMA descriptors on the [B·H·S, D] views (chapter 4's Hopper kernel), so the
    compiler pipelines the copies across the query loop instead of computing addresses in registers;
-3. the causal split of step 8b (mask only the diagonal band) is kept; the forward is step 8b's.
+3. the causal split of step 8b (mask only the diagonal band) is kept; the forward is step 8a's.
 
 Rows past S. A tile that runs past a head's last row reads the next head's rows (zeros past the tensor's end). Query
 rows past S get lse = +inf, so their P is exactly 0, and their dS, and the dQ rows they would add into the next head
@@ -44,7 +44,7 @@ from . import k08b_backward_tuned as tuned
 from .k04_triton_fa2_hopper import _tile, has_tma
 
 LOG2E = base.LOG2E
-forward = tuned.forward                  # the forward is step 8b's autotuned kernel
+forward = base.forward                   # the forward is step 8a's (the solution's swept tiles)
 interpreting = tuned.interpreting
 
 
@@ -96,7 +96,7 @@ def bwd_fused_kernel(
     S, ROWS,                          # sequence length; B·H·S
     S_KEY,                            # S rounded up to a power of two: the autotuner's key, unused here
     D: tl.constexpr,
-    BLOCK_M: tl.constexpr,            # Br: query rows per step; divides BLOCK_N (the causal band is whole blocks)
+    BLOCK_M: tl.constexpr,            # Br: query rows per step
     BLOCK_N: tl.constexpr,            # Bc: keys owned by this program
     CAUSAL: tl.constexpr,
     USE_TMA: tl.constexpr = True,     # tiles through TMA descriptors
@@ -115,12 +115,14 @@ def bwd_fused_kernel(
     dv = tl.zeros([BLOCK_N, D], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
 
-    band_hi = start_n                                           # causal: the diagonal band is masked, the rest not
+    # Causal: the query blocks that straddle our keys (the diagonal band) are masked; every query block after them
+    # sees all our keys (no mask); those before see none. Not causal: no band, every query block without a mask.
+    band_lo = 0
     rest = 0
     if CAUSAL:
-        band_hi = tl.minimum(start_n + BLOCK_N, S)
-        rest = band_hi
-    for start_m in range(start_n, band_hi, BLOCK_M):
+        band_lo = (start_n // BLOCK_M) * BLOCK_M                # the query block holding our first key's position
+        rest = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, S)   # first block past our last key
+    for start_m in range(band_lo, rest, BLOCK_M):
         dk, dv = _step(q_src, do_src, dq_dst, LSE, DELTA, k, v, dk, dv, row0, start_m, offs_mb, offs_n, kv_ok,
                        qk_scale, sm_scale, S, ROWS, D, BLOCK_M, True, USE_TMA, TMA_ADD)
     for start_m in range(rest, S, BLOCK_M):
@@ -134,11 +136,12 @@ def bwd_fused_kernel(
 
 
 # ------------------------------------------------------------------------------------------------ tuning -----------
-# (BLOCK_M, BLOCK_N, num_warps, num_stages), a first list for the H100 made from step 8a's sweep (64×64 with 4 warps
-# won there at D = 128) and FlashAttention-3's choice (Br = 64, Bc = 128, two warp groups); not yet swept.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages), a first list for the H100 made from step 8a's sweep (its dK/dV winners:
+# 64×64 with 4 warps at D = 128, 128 queries × 64 keys at D = 64) and FlashAttention-3's choice (Br = 64 queries,
+# Bc = 128 keys, two warp groups); three per head dim, because the H100 host compiles each for every key.
 TUNED = {
-    64: [(64, 64, 4, 2), (64, 128, 8, 2), (32, 128, 4, 2), (64, 64, 4, 3), (128, 128, 8, 2)],
-    128: [(64, 64, 4, 2), (64, 64, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (64, 64, 4, 3)],
+    64: [(128, 64, 4, 2), (64, 64, 4, 2), (64, 128, 8, 2)],
+    128: [(64, 64, 4, 2), (64, 64, 8, 2), (64, 128, 8, 2)],
 }
 INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)
 
@@ -200,18 +203,21 @@ def _prepare(q, k, v, o, lse, do):
     return do, delta, dq_acc, dk, dv
 
 
-def _tma(q, use_tma):
+def _tma(q, use_tma, tma_add=None):
     """(tiles through TMA, dQ through a TMA reduce-add): both on Hopper and newer; under the interpreter TMA loads
     only (it has no reduce)."""
     if use_tma is None:
         use_tma = has_tma(q.device) or interpreting()
-    return use_tma, use_tma and not interpreting()
+    if tma_add is None:
+        tma_add = use_tma
+    return use_tma, tma_add and use_tma and not interpreting()
 
 
 def launch_backward(q, k, v, o, lse, do, *, causal=False, BLOCK_M, BLOCK_N, num_warps=4, num_stages=2,
-                    use_tma=None):
-    """(dQ, dK, dV) with one explicit configuration (the sweep, the interpreter)."""
-    use_tma, tma_add = _tma(q, use_tma)
+                    use_tma=None, tma_add=None):
+    """(dQ, dK, dV) with one explicit configuration (the sweep, the interpreter, the profile); ``tma_add=False``
+    adds dQ with element atomics even where TMA loads the tiles (what the reduce buys, measured)."""
+    use_tma, tma_add = _tma(q, use_tma, tma_add)
     do, delta, dq_acc, dk, dv = _prepare(q, k, v, o, lse, do)
     B, H, S, D = q.shape
     src = _views(q, k, v, do, dq_acc, BLOCK_M, BLOCK_N, use_tma, tma_add)
