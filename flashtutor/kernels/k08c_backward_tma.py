@@ -22,9 +22,14 @@ overflow), and their dK, dV rows are stored with a mask, never through TMA.
 Without TMA (GPUs before Hopper) the same kernel reads the same tiles through pointers and adds dQ with
 ``tl.atomic_add`` (``USE_TMA=False, TMA_ADD=False``); Triton's interpreter runs the TMA loads but has no TMA reduce, so
 the CPU tests run this file's code with element atomics for dQ (``TMA_ADD=False``).
-Limitation: the summation order of dQ changes from run to run (not bit-reproducible), and Triton gives the
-kernel no warp specialization on Hopper: loads, the five matmuls and the softmax's exponentials still take turns
-within each warp group.
+Limitation: slower than step 8a, measured. On an H100 (results/ch08-time-h100-2026-11-27-c.log) the autotuner picks
+64 queries × 128 keys with 8 warps at D = 128 and the backward takes 1.72–1.88× cuDNN's time (8a: 1.40–1.49×); at
+D = 64 (S = 4096) 1.51–1.56× (8a: 1.37–1.38×). Nsight Compute says why (results/ch08-8c-h100-2026-11-27/): with dQ
+folded in, a thread holds dK, dV and this step's dQ tile in fp32 at once; at 255 registers the kernel makes 84 M
+local-memory spill requests (8a's dK/dV kernel: 0.66 M) and keeps the tensor pipe busy 35 % of the time (8a's kernels:
+56 % and 65 %). The reduce is not the problem: element atomics instead cost another 8 %. FlashAttention-3 affords the
+fold with warp specialization and ``setmaxnreg`` (a producer warp group that gives its registers up to the warp groups
+doing the matmuls, chapter 7's tools), which this Triton kernel cannot ask for on Hopper. dQ's summation order also changes from run to run.
 
 Same interface as steps 8a and 8b: ``attention(q, k, v, *, causal=False)`` (differentiable), ``forward`` (→ o, lse),
 ``backward`` (→ dq, dk, dv); ``launch_backward`` runs one explicit configuration (the sweep).
