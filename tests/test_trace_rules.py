@@ -38,3 +38,14 @@ def test_a_library_kernel_or_a_stranger_fails():
     lib = Trace([_k("naive_attention", 40), _k("cudnn_generated_fort_native_sdpa_sm90_flash_fprop")])
     other = Trace([_k("naive_attention", 40), _k("flash_attention_kernel")])
     assert Cause.LIBRARY_KERNEL in causes(lib) and causes(other) == {Cause.NOT_OWN}
+
+
+def test_a_cast_to_the_outputs_dtype_is_a_copy_but_arithmetic_is_a_library_kernel():
+    """Chapter 8's dQ accumulated in fp32 by atomics, then cast to fp16 by PyTorch: a copy (it failed a correct
+    fold as "a library's elementwise kernel" on the H100, 2026-11-27); a PyTorch multiply is still arithmetic."""
+    cast = ("void at::native::vectorized_elementwise_kernel<8, at::native::float16_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, T2, T3)")
+    mul = ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+           "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, T2, T3)")
+    assert causes(Trace([_k("naive_attention", 40), _k(cast)])) == set()
+    assert causes(Trace([_k("naive_attention", 40), _k(mul)])) == {Cause.LIBRARY_KERNEL}

@@ -6,7 +6,8 @@ Every kernel the trace shows is one of:
   ``@jit`` function of your module or the local modules it imports), exactly; for CUDA kernels the
   judge also compiled your source itself, and the kernel's registers per thread must match that compile
   (a library kernel renamed, or the course's kernel of the same name, does not);
-* **a helper** — a memory copy, a memset, a fill (allocating, padding and copying are not attention);
+* **a helper** — a memory copy, a memset, a fill, a dtype cast (allocating, padding, copying and casting are
+  not attention);
 * **allowed** by the chapter (chapter 5: the CUTLASS GEMMs its loader builds from your configuration);
 * **a library kernel** — anything else: cuDNN/FlashAttention attention, cuBLAS (including Hopper's
   ``nvjet`` kernels) and CUTLASS GEMMs, convolutions, softmax, reductions and arithmetic from PyTorch.
@@ -22,7 +23,10 @@ from dataclasses import dataclass
 
 from .evidence import Cause, Trace
 
-HELPER = re.compile(r"^Memcpy (DtoD|HtoD)|^Memset|FillFunctor|fill_kernel|direct_copy_kernel|CatArrayBatchedCopy")
+# PyTorch's copies: same dtype (direct_copy_kernel) and its fp32 → fp16/bf16/fp8 casts (float16_copy_kernel_cuda, ...):
+# an fp32 accumulator cast to the output's dtype (chapter 8's dQ by atomics) is a copy, not arithmetic.
+HELPER = re.compile(r"^Memcpy (DtoD|HtoD)|^Memset|FillFunctor|fill_kernel|(direct|float16|bfloat16|float8)_copy_kernel|"
+                    r"CatArrayBatchedCopy")
 DTOH_LIMIT = 64 << 10     # bytes a call may copy back to the host (a flag, a count), not its inputs
 # Library kernels by family (names as cuDNN, cuBLAS, CUTLASS, FlashAttention and PyTorch give them).
 FAMILIES = (("attention", re.compile(r"cudnn\w*(sdpa|fmha|flash|attn)|fmha|flash_fwd|flash_fprop|flash_bwd|pytorch_flash|"
