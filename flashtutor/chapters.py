@@ -320,7 +320,8 @@ STEPS: dict[str, tuple[Step, ...]] = {
            Step("7b", "7b", _K + "k07b_warp_specialized", "solutions/07_hopper/attention.cu", solution=True),
            Step("7c", "7c", _K + "k07c_pingpong", "flashtutor/kernels/k07c_pingpong.cu")),
     "08": (Step("8a", "teaching", _K + "k08a_backward", "solutions/08_backward/attention.py", solution=True),
-           Step("8b", "tuned", _K + "k08b_backward_tuned")),
+           Step("8b", "tuned", _K + "k08b_backward_tuned"),
+           Step("8c", "TMA fold", _K + "k08c_backward_tma")),
 }
 # Files of flashtutor/kernels/ that a chapter uses and that are not a step of their own.
 KERNEL_FILES: dict[str, tuple[str, ...]] = {
