@@ -202,8 +202,8 @@ CHAPTERS: dict[str, Chapter] = {
             "1.5 × 1.40, the worst ratio of the solution's backward GPU time per call to SDPA's backward (cuDNN, "
             "torch.autograd.grad on SDPA's output; B2 H32 S8192 D128) with the tiles of its sweep "
             "(scripts/ch08_sweep.py), on an NVIDIA H100 80GB HBM3 in the GPU tier (torch 2.11, cuDNN 9.19, "
-            "triton 3.6, 2026-11-27). Its first tile guess took up to 3.26× there and on an H200; the swept tiles "
-            "have not been graded on an H200 yet"),
+            "triton 3.6, 2026-11-27). On an NVIDIA H200 the swept tiles took 1.28–1.42× (results/"
+            "grade08-solution-h200-2026-11-27.json, same day and software); the first tile guess took up to 3.26×"),
             calibrated_from=("results/gpu-tier-h100-2026-11-27-f/grade08-solution-h100-2026-11-27.json",)),
         excluded=("the 'small' set (S ≤ 512, B 8–32): the 'odd' set has shorter and longer rows with B and H > 1, and "
                   "every case here is two calls (backward, then forward) against a float64 reference"),
