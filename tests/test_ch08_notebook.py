@@ -19,7 +19,7 @@ NOTEBOOK = ROOT / "chapters" / "08_backward" / "backward.ipynb"
 DIAGRAMS = ROOT / "book" / "diagrams"
 SOLUTION = ROOT / "solutions" / "08_backward" / "attention.py"
 TIME_LOG = ROOT / "results" / "ch08-time-h100-2026-11-27-b-partial.log"
-TRAIN = ROOT / "results" / "ch08-train-h100-2026-11-27.json"
+TRAIN = ROOT / "results" / "ch08-train-h100-2026-11-27-b.json"     # the swept tiles' run
 
 
 def _cells():
