@@ -11,8 +11,12 @@ differentiable ``attention(q, k, v, causal=True)`` (flashtutor/kernels/k08a_back
 one). q, k, v go to both as contiguous fp16 [B, H, S, 64]; the rest of the model runs in bf16 autocast on a GPU
 (fp32 on the CPU), with fp32 weights and a loss scaler for the fp16 attention gradients.
 
+After the two runs, the step time is measured again with the two attentions alternating step by step on fresh
+models (``--timing-steps`` pairs, after ``--warm`` untimed steps each; CUDA events and wall time per step): the runs
+themselves are sequential, so their step times also hold whatever changed on the machine between them.
+
 Writes ``<out>/ch08-train.json`` (both loss curves, each step's time, the configuration, the GPU, versions and date,
-the final-loss gap and the median step times) and ``<out>/ch08-train.png`` (both curves on one chart).
+the final-loss gap, the median step times and the interleaved timing) and ``<out>/ch08-train.png`` (both curves on one chart).
 """
 from __future__ import annotations
 
@@ -83,7 +87,10 @@ def build(args, attention_fn, vocab_size):
     return Model()
 
 
-def train(args, name, attention_fn, data, vocab_size):
+def stepper(args, attention_fn, data, vocab_size):
+    """A fresh model (seeded), its optimizer and batch stream; returns ``step()`` → (loss, wall ms, event ms):
+    one training step, its wall time between two synchronizations and, on a GPU, the CUDA-event time between its
+    first and last launch (the GPU's timeline, host gaps included, without the synchronizations' cost)."""
     import torch
     import torch.nn.functional as F
 
@@ -94,16 +101,20 @@ def train(args, name, attention_fn, data, vocab_size):
     cuda = dev.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=cuda)           # the attention's gradients are fp16
     g = torch.Generator().manual_seed(args.seed + 1)               # the same batches in both runs
-    losses, times = [], []
-    for step in range(args.steps):
+    count = [0]
+
+    def step():
         starts = torch.randint(0, len(data) - args.seq - 1, (args.batch,), generator=g)
         x = torch.stack([data[s:s + args.seq] for s in starts]).to(dev)            # [batch, seq]
         y = torch.stack([data[s + 1:s + args.seq + 1] for s in starts]).to(dev)    # [batch, seq] next characters
-        lr = args.lr * min(1.0, (step + 1) / max(1, args.warmup))                  # linear warm-up
+        lr = args.lr * min(1.0, (count[0] + 1) / max(1, args.warmup))              # linear warm-up
+        count[0] += 1
         for group in opt.param_groups:
             group["lr"] = lr
         if cuda:
             torch.cuda.synchronize()
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+            ev[0].record()
         t0 = time.perf_counter()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             logits = model(x)
@@ -115,12 +126,52 @@ def train(args, name, attention_fn, data, vocab_size):
         scaler.step(opt)
         scaler.update()
         if cuda:
+            ev[1].record()
             torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-        losses.append(loss.item())
-        if step % max(1, args.steps // 10) == 0 or step == args.steps - 1:
-            print(f"  {name:8s} step {step:5d} loss {losses[-1]:.4f}  {times[-1]:8.1f} ms")
+        wall = (time.perf_counter() - t0) * 1e3
+        return loss.item(), wall, ev[0].elapsed_time(ev[1]) if cuda else wall
+
+    return step
+
+
+def train(args, name, attention_fn, data, vocab_size):
+    step = stepper(args, attention_fn, data, vocab_size)
+    losses, times = [], []
+    for i in range(args.steps):
+        loss, wall, _ = step()
+        times.append(wall)
+        losses.append(loss)
+        if i % max(1, args.steps // 10) == 0 or i == args.steps - 1:
+            print(f"  {name:8s} step {i:5d} loss {losses[-1]:.4f}  {times[-1]:8.1f} ms")
     return {"loss": losses, "step_ms": times}
+
+
+def interleaved(args, fns, data, vocab_size):
+    """Step time, the two attentions alternating step by step (ABAB…, the order swapped every pair) on fresh models,
+    after ``--warm`` steps each: each step's wall and CUDA-event ms, the per-pair ratio, medians and p10–p90."""
+    steps = {n: stepper(args, f, data, vocab_size) for n, f in fns.items()}
+    names = list(steps)
+    for n in names:
+        for _ in range(args.warm):
+            steps[n]()
+    rec = {n: {"wall_ms": [], "event_ms": []} for n in names}
+    for i in range(args.timing_steps):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            _, wall, event = steps[n]()
+            rec[n]["wall_ms"].append(wall)
+            rec[n]["event_ms"].append(event)
+
+    def q(xs, f):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+    a, b = names
+    out = {"pairs": args.timing_steps, "warm": args.warm, "runs": rec}
+    for kind in ("wall_ms", "event_ms"):
+        ratios = [y / x for x, y in zip(rec[a][kind], rec[b][kind])]
+        out[kind] = {n: {"median": q(rec[n][kind], 0.5), "p10": q(rec[n][kind], 0.1), "p90": q(rec[n][kind], 0.9)}
+                     for n in names}
+        out[kind]["pair_ratio"] = {"median": q(ratios, 0.5), "p10": q(ratios, 0.1), "p90": q(ratios, 0.9)}
+    return out
 
 
 def main(argv=None) -> int:
@@ -137,9 +188,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--step", default="8a", choices=["8a", "8b"], help="which chapter-8 step to train with")
     ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--timing-steps", type=int, default=100, help="pairs of interleaved steps timed after training")
+    ap.add_argument("--warm", type=int, default=10, help="untimed steps of each model before the interleaved pairs")
     args = ap.parse_args(argv)
     if args.tiny:
         args.layers, args.d_model, args.seq, args.batch, args.warmup = 2, 64, 32, 2, 1
+        args.timing_steps, args.warm = min(args.timing_steps, 2), min(args.warm, 1)
     if args.d_model % 64:
         ap.error("--d-model must be a multiple of 64")
 
@@ -167,9 +221,18 @@ def main(argv=None) -> int:
           f"{args.d_model} ({args.d_model // 64} head(s) of 64), seq {args.seq}, batch {args.batch}, "
           f"{args.steps} steps")
 
-    runs = {"sdpa": train(args, "sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                          data, len(chars)),
-            args.step: train(args, args.step, lambda q, k, v: ours(q, k, v, causal=True), data, len(chars))}
+    fns = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+           args.step: lambda q, k, v: ours(q, k, v, causal=True)}
+    runs = {n: train(args, n, f, data, len(chars)) for n, f in fns.items()}
+    timing = interleaved(args, fns, data, len(chars)) if args.timing_steps else None
+    if timing:
+        for kind in ("event_ms", "wall_ms"):
+            t = timing[kind]
+            print(f"interleaved, {timing['pairs']} pairs, {kind[:-3]} time per step: "
+                  + ", ".join(f"{n} {t[n]['median']:.2f} ms (p10–p90 {t[n]['p10']:.2f}–{t[n]['p90']:.2f})"
+                              for n in fns)
+                  + f"; {args.step} / SDPA per pair {t['pair_ratio']['median']:.3f} "
+                    f"(p10–p90 {t['pair_ratio']['p10']:.3f}–{t['pair_ratio']['p90']:.3f})")
     skip = min(args.steps - 1, max(0, args.steps // 10))          # leave compilation and autotuning out of the median
     med = {n: sorted(r["step_ms"][skip:])[len(r["step_ms"][skip:]) // 2] for n, r in runs.items()}
     tail = max(1, args.steps // 10)
@@ -185,7 +248,7 @@ def main(argv=None) -> int:
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     out_json = args.out / "ch08-train.json"
     out_json.write_text(json.dumps({"env": env, "config": config, "corpus_chars": len(text), "vocab": len(chars),
-                                    "runs": runs, "summary": summary}, indent=1) + "\n")
+                                    "runs": runs, "summary": summary, "interleaved": timing}, indent=1) + "\n")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

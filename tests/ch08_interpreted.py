@@ -253,4 +253,7 @@ def test_training_demo_runs_on_the_cpu(tmp_path):
     out = json.loads((tmp_path / "ch08-train.json").read_text())
     assert set(out["runs"]) == {"sdpa", "8a"} and all(len(run["loss"]) == 3 for run in out["runs"].values())
     assert out["summary"]["max_abs_loss_diff"] < 1e-2            # same seed, same batches: the curves agree
+    inter = out["interleaved"]                                    # the step time again, the two alternating
+    assert inter["pairs"] == 2 and all(len(inter["runs"][n]["event_ms"]) == 2 for n in ("sdpa", "8a"))
+    assert inter["event_ms"]["pair_ratio"]["median"] > 0
     assert (tmp_path / "ch08-train.png").stat().st_size > 10_000
