@@ -195,21 +195,33 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, dq_mode: str = "pass"
     return dq, dk, dv
 
 
-class FlashAttentionTuned(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal, dq_mode):
-        o, lse = forward(q, k, v, causal=causal)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.dq_mode = causal, dq_mode
-        return o
+def differentiable(forward, backward):
+    """(Function, attention): a step's ``forward`` (→ o, lse) and ``backward`` (→ dq, dk, dv) as one
+    ``torch.autograd.Function``; ``attention(q, k, v, *, causal=False, **options)`` hands the options to the backward.
+    Steps 8b and 8c use it; the solution keeps its own copy (a learner's file stands alone)."""
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, options):
+            o, lse = forward(q, k, v, causal=causal)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal, ctx.options = causal, options
+            return o
 
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = backward(q, k, v, o, lse, do, causal=ctx.causal, dq_mode=ctx.dq_mode)
-        return dq, dk, dv, None, None
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            dq, dk, dv = backward(q, k, v, o, lse, do, causal=ctx.causal, **ctx.options)
+            return dq, dk, dv, None, None
+
+    def attention(q, k, v, *, causal: bool = False, **options):
+        """softmax(q kᵀ / sqrt(D)) v, differentiable; q, k, v: [B, H, S, D] fp16."""
+        return Function.apply(q, k, v, causal, options)
+    return Function, attention
+
+
+FlashAttentionTuned, _attention = differentiable(forward, backward)
 
 
 def attention(q, k, v, *, causal: bool = False, dq_mode: str = "pass"):
     """softmax(q kᵀ / sqrt(D)) v, differentiable; q, k, v: [B, H, S, D] fp16."""
-    return FlashAttentionTuned.apply(q, k, v, causal, dq_mode)
+    return _attention(q, k, v, causal=causal, dq_mode=dq_mode)

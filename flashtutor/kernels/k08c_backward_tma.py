@@ -251,21 +251,4 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False):
     return dq_acc.to(q.dtype), dk, dv
 
 
-class FlashAttentionTMA(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal):
-        o, lse = forward(q, k, v, causal=causal)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal = causal
-        return o
-
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = backward(q, k, v, o, lse, do, causal=ctx.causal)
-        return dq, dk, dv, None
-
-
-def attention(q, k, v, *, causal: bool = False):
-    """softmax(q kᵀ / sqrt(D)) v, differentiable; q, k, v: [B, H, S, D] fp16."""
-    return FlashAttentionTMA.apply(q, k, v, causal)
+FlashAttentionTMA, attention = tuned.differentiable(forward, backward)   # attention(q, k, v, *, causal=False)
