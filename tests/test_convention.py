@@ -25,6 +25,8 @@ FORBIDDEN: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p, re.IGNORECA
     (r"\bSDPA\s*/\s*(yours|kernel|teach|tuned|ref|row|step|3-kernel|solution)\b",
      "SDPA / the kernel is a speed: write the kernel / SDPA (a time ratio)"),
     (r"%\s*of SDPA\b(?!'s(?: [\w-]+)? time)", "'% of SDPA' is a speed: write '× SDPA's time'"),
+    (r"%\s*of (cuBLAS|cuDNN|FlashAttention)\b(?!'s(?: [\w-]+)? time)",
+     "'% of cuBLAS' (a library's time over yours) is a speed: write '× cuBLAS's time' (chapter 5's GEMM table did)"),
     (r"\bSDPA'?s speed\b", "SDPA's speed: write the target as a time, '≤ N× SDPA's time'"),
     (r"(speed|speed-up|speedup)\s+(vs\.?|relative to|against|over|of)\s+SDPA\b",
      "a speed relative to SDPA: write the kernel's time / SDPA's"),
