@@ -257,13 +257,13 @@ def summarise(kernels: list[dict], names: list[str], flops: float) -> list[dict]
 
 
 def text_report(env: dict, args, recs: list[dict], rules: dict) -> str:
-    lines = [f"ncu07 — chapter 7's steps and SDPA under Nsight Compute, {env.get('date')}",
+    lines = [f"ncu07 — {', '.join(args.targets)} under Nsight Compute, {env.get('date')}",
              f"GPU {env.get('gpu')} (driver {env.get('driver')}), torch {env.get('torch')}, CUDA {env.get('cuda')}, "
              f"cuDNN {env.get('cudnn')}, triton {env.get('triton')}, {env.get('ncu')}",
              f"shape B{args.shape[0]} H{args.shape[1]} S{args.shape[2]} D{args.shape[3]}"
              f"{' causal' if args.causal else ''}; ncu --clock-control none, one profiled call per target after a "
              f"warm-up; TFLOP/s = {args.work:g} × 4·B·H·S²·D{' / 2' if args.causal else ''} / the profiled kernel's duration "
-             f"(gpu__time_duration under the profiler: indicative, the timed runs are in results/ch07-*.json)",
+             f"(gpu__time_duration under the profiler: indicative; the timed runs are the chapter's results files)",
              f"sections: {', '.join(SECTIONS)}", ""]
     for r in recs:
         lines.append(f"== {r['target'] or '?'}: {r['kernel'][:110]}")
