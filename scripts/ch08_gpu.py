@@ -5,8 +5,8 @@
     PYTHONPATH=$PWD python scripts/ch08_gpu.py out.json --steps 8a --shapes 4,32,4096,128   # one step, one shape
 
 1. correctness of each step (8a = the solution, 8b = the tuned step with its second dQ pass, 8b-atomic = the tuned
-   step with dQ by atomics, 8c = one fused kernel with TMA tiles and dQ by TMA reduce-adds, checked with its first
-   configuration, not its autotuner) against float64 (flashtutor.backward.reference_grads) under the chapter's rule, once with
+   step with dQ by atomics, 8c = one fused kernel with TMA tiles and dQ by TMA reduce-adds; the checks run fixed configurations,
+   not the autotuners: ``fixed_config``) against float64 (flashtutor.backward.reference_grads) under the chapter's rule, once with
    SDPA's cuDNN backend and once with its FLASH backend as the yardstick, on odd S, B and H > 1, both head dims,
    causal and not, and large logits (q, k × 6); beside it, the FA2-precision emulation (the CPU tier's stand-in for
    SDPA) under the same rule against each backend, which says whether that stand-in is as strict as the real thing;
@@ -60,18 +60,36 @@ def steps(names):
     return out
 
 
-def fixed_config(step_fns):
-    """The steps for the correctness part: 8c with its first listed configuration per head dim instead of its
-    autotuner (which would compile every configuration for every (S bucket, D, causal) of the checks)."""
-    if "8c" not in step_fns:
-        return step_fns
-    from flashtutor.kernels import k08c_backward_tma as c
+# Step 8b's fixed configurations for the checks, per head dim (DKDV's BLOCK_M divides its BLOCK_N): the solution's
+# swept forward and dQ tiles, 64 × 64 dK/dV tiles.
+FIXED_8B = {D: dict(FWD=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+                    DKDV=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+                    DQ=dict(BLOCK_M=128, BLOCK_N=64 if D == 128 else 32, num_warps=8, num_stages=3))
+            for D in (64, 128)}
 
-    def bwd(q, k, v, o, lse, do, *, causal=False):
-        m, n, w, st = c.TUNED[q.shape[-1]][0]
-        return c.launch_backward(q, k, v, o, lse, do, causal=causal, BLOCK_M=m, BLOCK_N=n, num_warps=w,
-                                 num_stages=st)
-    return {**step_fns, "8c": (step_fns["8c"][0], bwd, step_fns["8c"][2])}
+
+def fixed_config(step_fns):
+    """The steps for the correctness part with fixed configurations instead of their autotuners (which would compile
+    every configuration for every (S bucket, D, causal) of the checks: ~150 s for 8b's first cases on the H100):
+    8c with its first listed configuration per head dim, 8b with FIXED_8B."""
+    out = dict(step_fns)
+    if "8c" in out:
+        from flashtutor.kernels import k08c_backward_tma as c
+
+        def bwd(q, k, v, o, lse, do, *, causal=False):
+            m, n, w, st = c.TUNED[q.shape[-1]][0]
+            return c.launch_backward(q, k, v, o, lse, do, causal=causal, BLOCK_M=m, BLOCK_N=n, num_warps=w,
+                                     num_stages=st)
+        out["8c"] = (out["8c"][0], bwd, out["8c"][2])
+    for name, mode in (("8b", "pass"), ("8b-atomic", "atomic")):
+        if name in out:
+            from flashtutor.kernels import k08b_backward_tuned as b
+            out[name] = (lambda q, k, v, causal=False: b.forward(q, k, v, causal=causal,
+                                                                  config=FIXED_8B[q.shape[-1]]),
+                         lambda q, k, v, o, lse, do, causal=False, mode=mode: b.backward(
+                             q, k, v, o, lse, do, causal=causal, dq_mode=mode, config=FIXED_8B[q.shape[-1]]),
+                         out[name][2])
+    return out
 
 
 def chosen_configs():

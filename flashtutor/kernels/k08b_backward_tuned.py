@@ -152,26 +152,32 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _launch(tuned, raw, grid_of, cfg, *args, **kw):
-    """The autotuned kernel on a GPU; the raw kernel with a fixed small config under the interpreter."""
-    if interpreting():
+def _launch(tuned, raw, grid_of, cfg, *args, fixed=None, **kw):
+    """The autotuned kernel on a GPU; the raw kernel with a fixed small config under the interpreter, or with
+    ``fixed`` (BLOCK_M, BLOCK_N, num_warps, num_stages) where the caller names one (checks that must not autotune)."""
+    if fixed is not None or interpreting():
+        cfg = fixed if fixed is not None and not interpreting() else cfg
         return raw[grid_of(cfg)](*args, **kw, **cfg)
     return tuned[grid_of](*args, **kw)
 
 
-def forward(q, k, v, *, causal: bool = False):
-    """(O [B, H, S, D] fp16, lse [B, H, S] fp32 natural log), as step 8a's ``forward``."""
+def forward(q, k, v, *, causal: bool = False, config: dict | None = None):
+    """(O [B, H, S, D] fp16, lse [B, H, S] fp32 natural log), as step 8a's ``forward``; ``config["FWD"]``: one fixed
+    configuration instead of the autotuner."""
     check_inputs(q, k, v, device_type=None)
     B, H, S, D = q.shape
     o = output_like(q)
     lse = torch.full((B, H, S), float("nan"), dtype=torch.float32, device=q.device)
     _launch(fwd_tuned, fwd_kernel, lambda m: (triton.cdiv(S, m["BLOCK_M"]), B * H), INTERPRETER_CONFIG["FWD"],
-            q, k, v, o, lse, D ** -0.5 * LOG2E, H, S, q.stride(0), q.stride(1), q.stride(2), D=D, CAUSAL=causal)
+            q, k, v, o, lse, D ** -0.5 * LOG2E, H, S, q.stride(0), q.stride(1), q.stride(2), D=D, CAUSAL=causal,
+            fixed=(config or {}).get("FWD"))
     return o, lse
 
 
-def backward(q, k, v, o, lse, do, *, causal: bool = False, dq_mode: str = "pass"):
-    """(dQ, dK, dV) fp16; ``dq_mode``: "pass" (a second, deterministic kernel) or "atomic" (fp32 atomics)."""
+def backward(q, k, v, o, lse, do, *, causal: bool = False, dq_mode: str = "pass", config: dict | None = None):
+    """(dQ, dK, dV) fp16; ``dq_mode``: "pass" (a second, deterministic kernel) or "atomic" (fp32 atomics);
+    ``config`` ({"DKDV": ..., "DQ": ...}, each BLOCK_M, BLOCK_N, num_warps, num_stages): fixed configurations instead
+    of the autotuners (DKDV's BLOCK_M must divide its BLOCK_N)."""
     if dq_mode not in ("pass", "atomic"):
         raise ValueError(f"dq_mode must be 'pass' or 'atomic', not {dq_mode!r}")
     check_inputs(q, k, v, device_type=None)
@@ -186,12 +192,13 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, dq_mode: str = "pass"
     dq_acc = torch.zeros(q.shape if atomic else (1,), dtype=torch.float32, device=q.device)   # [B, H, S, D] fp32
     _launch(dkdv_tuned, bwd_dkdv_tuned_kernel, lambda m: (triton.cdiv(S, m["BLOCK_N"]), B * H),
             INTERPRETER_CONFIG["DKDV"], q, k, v, do, dk, dv, lse, delta, dq_acc, D ** -0.5, H, S, *strides,
-            D=D, CAUSAL=causal, ATOMIC_DQ=atomic)
+            D=D, CAUSAL=causal, ATOMIC_DQ=atomic, fixed=(config or {}).get("DKDV"))
     if atomic:
         dq.copy_(dq_acc)                                       # fp32 → fp16 (the scale is already applied)
     else:
         _launch(dq_tuned, bwd_dq_kernel, lambda m: (triton.cdiv(S, m["BLOCK_M"]), B * H), INTERPRETER_CONFIG["DQ"],
-                q, k, v, do, dq, lse, delta, D ** -0.5, H, S, *strides, D=D, CAUSAL=causal)
+                q, k, v, do, dq, lse, delta, D ** -0.5, H, S, *strides, D=D, CAUSAL=causal,
+                fixed=(config or {}).get("DQ"))
     return dq, dk, dv
 
 
