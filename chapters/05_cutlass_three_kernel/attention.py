@@ -43,7 +43,7 @@ def gemm_configs(D: int) -> tuple[GemmConfig, GemmConfig]:
     epilogue's stores. PV: M = S, N = D, K = S: a long mainloop over P, and a thin output (N = D).
     """
     # TODO: return (GemmConfig("qk", tile=..., cluster=..., schedule=..., epilogue=...),
-    #       GemmConfig("pv", ...)), the fastest pair in the notebook's sweep.
+    #       GemmConfig("pv", ...)), one of the fastest pairs in the notebook's sweep.
     raise NotImplementedError("attention.py: TODO")
 
 

@@ -4,8 +4,9 @@ Step 8b's measurements (results/ch08-time-h100-2026-11-27-b-partial.log) say til
 second dQ pass recomputes QKᵀ and dO Vᵀ (the backward does 3.5× the forward's matmul work instead of 2.5×), and
 folding dQ into the dK/dV kernel with ``tl.atomic_add`` was slower than the pass, because every (query block, key
 block) pair then issues BLOCK_M·D scalar fp32 atomics from registers. FlashAttention-3 keeps the fold and changes how
-the partial dQ travels: the tile goes to shared memory and one bulk *reduce* copy (``cp.reduce.async.bulk.tensor``,
-the TMA unit's add) adds it into the fp32 dQ buffer in L2 — one instruction per tile, issued asynchronously.
+the partial dQ travels: the tile goes to shared memory and one bulk *reduce* copy (``cp.reduce.async.bulk``, an add
+done by the copy engine) adds it into the fp32 dQ buffer in L2 — one instruction per tile, issued asynchronously.
+This step does the same through a TMA descriptor (``cp.reduce.async.bulk.tensor``, what ``desc.atomic_add`` emits).
 
 What changed since step 8b:
 1. one backward kernel: dQ is folded into the dK/dV kernel (keys outer) and leaves each step through a TMA reduce-add
@@ -29,7 +30,9 @@ folded in, a thread holds dK, dV and this step's dQ tile in fp32 at once; at 255
 local-memory spill requests (8a's dK/dV kernel: 0.66 M) and keeps the tensor pipe busy 35 % of the time (8a's kernels:
 56 % and 65 %). The reduce is not the problem: element atomics instead cost another 8 %. FlashAttention-3 affords the
 fold with warp specialization and ``setmaxnreg`` (a producer warp group that gives its registers up to the warp groups
-doing the matmuls, chapter 7's tools), which this Triton kernel cannot ask for on Hopper. dQ's summation order also changes from run to run.
+doing the matmuls, chapter 7's tools); Triton 3.6 documents its own warp specialization
+(``tl.range(..., warp_specialize=True)``) for Blackwell only, and this kernel does not ask for it. dQ's summation
+order also changes from run to run.
 
 Same interface as steps 8a and 8b: ``attention(q, k, v, *, causal=False)`` (differentiable), ``forward`` (→ o, lse),
 ``backward`` (→ dq, dk, dv); ``launch_backward`` runs one explicit configuration (the sweep).
