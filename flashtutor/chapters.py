@@ -326,6 +326,9 @@ STEPS: dict[str, tuple[Step, ...]] = {
 # Files of flashtutor/kernels/ that a chapter uses and that are not a step of their own.
 KERNEL_FILES: dict[str, tuple[str, ...]] = {
     "07": ("flashtutor/kernels/k07_probes.py", "flashtutor/kernels/k07_probes.cu"),
+    # work in progress: compiled and SASS-checked on the CPU (tests/test_k08d.py), not yet run on a GPU; it becomes
+    # step 8d of the ladder once it has been checked and timed there
+    "08": ("flashtutor/kernels/k08d_backward_ws.py", "flashtutor/kernels/k08d_backward_ws.cu"),
 }
 BENCHES: dict[str, Bench] = {
     "02": Bench("flashtutor.bench.ch02", "bench02", check_sets=("seed", "small", "odd"), time_sets=("seed", "small")),

@@ -45,6 +45,7 @@ TARGETS = {   # name → the module whose attention(q, k, v, *, causal) is profi
 }
 BACKWARD = {"8a": "flashtutor.kernels.k08a_backward", "8b": "flashtutor.kernels.k08b_backward_tuned",
             "8c": "flashtutor.kernels.k08c_backward_tma", "8c-noreduce": "flashtutor.kernels.k08c_backward_tma",
+            "8d": "flashtutor.kernels.k08d_backward_ws",
             "SDPA": None}
 TARGETS.update({f"{name}-bwd": None for name in BACKWARD})
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "WarpStateStats",

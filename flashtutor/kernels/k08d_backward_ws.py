@@ -1,0 +1,75 @@
+"""Chapter 8, step d: the backward pass warp-specialized in CUDA — work in progress, not yet run on a GPU.
+
+The kernel is ``k08d_backward_ws.cu`` (its header gives the idea, the roles and the register split). This launcher
+keeps step 8a's forward (O and lse) and Triton preprocessing (delta = rowsum(dO ∘ O)), views q, k, v and dO as
+``[B·H·S, D]`` matrices with one tensor map each (``flashtutor.loaders.tma``), launches one block per 128 keys and
+head, and casts the fp32 dQ buffer the blocks add into. Hopper only (sm_90a), like chapter 7's kernels.
+
+It is listed as a chapter-8 kernel file, not yet a step of the ladder: it becomes step 8d once it has been checked
+and timed on a GPU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import triton
+
+from ..api import check_inputs
+from ..loaders import load_cuda, tma
+from . import k08a_backward as base
+from .k07a_wgmma_tma import require_hopper
+from .k08b_backward_tuned import PRE, differentiable
+
+SOURCE = Path(__file__).with_suffix(".cu")
+KERNELS = {64: "ws_backward_d64", 128: "ws_backward_d128"}
+Bc, Br = 128, 64            # keys per block (64 per consumer warpgroup), query rows per streamed tile
+STAGES = 2                  # (Q, dO) ring slots
+CONSUMERS = 2
+THREADS = 128 * (1 + CONSUMERS)
+BOX = 64                    # fp16 columns per TMA box: 128 bytes, the swizzle span
+ALIGN = 1024                # the kernel aligns its tiles to a swizzle atom itself
+forward = base.forward
+_mod = None
+
+
+def shared_bytes(D: int) -> int:
+    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack."""
+    kv = 2 * Bc * D * 2                         # K and V of the block
+    tiles = 2 * STAGES * Br * D * 2             # the Q and dO rings
+    ds = CONSUMERS * 64 * Br * 2                # each consumer's dSᵀ
+    dq = CONSUMERS * Br * D * 4                 # each consumer's fp32 dQ tile
+    bars = 8 * (1 + 2 * STAGES)
+    return kv + tiles + ds + dq + bars + ALIGN
+
+
+def _module():
+    global _mod
+    if _mod is None:
+        _mod = load_cuda(SOURCE, arch="sm_90a")
+    return _mod
+
+
+def backward(q, k, v, o, lse, do, *, causal: bool = False):
+    """(dQ, dK, dV) fp16 from the forward's O and lse and the output's gradient dO."""
+    check_inputs(q, k, v)
+    require_hopper()
+    do = do.contiguous()
+    B, H, S, D = q.shape
+    if B * H > 65535:
+        raise ValueError(f"B·H = {B * H} exceeds the grid's y limit (65535)")
+    delta = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    base.bwd_preprocess_kernel[(triton.cdiv(S, PRE["BLOCK_M"]), B * H)](
+        o, do, delta, H, S, q.stride(0), q.stride(1), q.stride(2), D=D, **PRE)
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)          # the blocks add into it
+    dk, dv = torch.empty_like(q), torch.empty_like(q)
+    rows = B * H * S
+    tq, tdo = (tma.tensor_map(t.view(rows, D), box_rows=Br, box_cols=BOX) for t in (q, do))
+    tk, tv = (tma.tensor_map(t.view(rows, D), box_rows=Bc, box_cols=BOX) for t in (k, v))
+    tma.launch(_module().kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
+               shared_mem=shared_bytes(D),
+               args=(tq, tk, tv, tdo, lse, delta, dq_acc, dk, dv, S, D ** -0.5, int(causal)))
+    return dq_acc.to(q.dtype), dk, dv
+
+
+FlashAttentionWS, attention = differentiable(forward, backward)   # attention(q, k, v, *, causal=False)
