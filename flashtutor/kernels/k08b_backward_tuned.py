@@ -174,6 +174,16 @@ def forward(q, k, v, *, causal: bool = False, config: dict | None = None):
     return o, lse
 
 
+def preprocess(o, do):
+    """delta = rowsum(dO ∘ O), [B, H, S] fp32: step 8a's preprocessing kernel, which every later step runs first."""
+    B, H, S, D = o.shape
+    delta = torch.empty((B, H, S), dtype=torch.float32, device=o.device)        # [B, H, S]
+    pre = INTERPRETER_CONFIG["PRE"] if interpreting() else PRE
+    bwd_preprocess_kernel[(triton.cdiv(S, pre["BLOCK_M"]), B * H)](o, do, delta, H, S, o.stride(0), o.stride(1),
+                                                                    o.stride(2), D=D, **pre)
+    return delta
+
+
 def backward(q, k, v, o, lse, do, *, causal: bool = False, dq_mode: str = "pass", config: dict | None = None):
     """(dQ, dK, dV) fp16; ``dq_mode``: "pass" (a second, deterministic kernel) or "atomic" (fp32 atomics);
     ``config`` ({"DKDV": ..., "DQ": ...}, each BLOCK_M, BLOCK_N, num_warps, num_stages): fixed configurations instead
@@ -184,10 +194,8 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, dq_mode: str = "pass"
     do = do.contiguous()
     B, H, S, D = q.shape
     strides = (q.stride(0), q.stride(1), q.stride(2))
-    delta = torch.empty((B, H, S), dtype=torch.float32, device=q.device)        # [B, H, S]
+    delta = preprocess(o, do)
     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-    pre = INTERPRETER_CONFIG["PRE"] if interpreting() else PRE
-    bwd_preprocess_kernel[(triton.cdiv(S, pre["BLOCK_M"]), B * H)](o, do, delta, H, S, *strides, D=D, **pre)
     atomic = dq_mode == "atomic"
     dq_acc = torch.zeros(q.shape if atomic else (1,), dtype=torch.float32, device=q.device)   # [B, H, S, D] fp32
     _launch(dkdv_tuned, bwd_dkdv_tuned_kernel, lambda m: (triton.cdiv(S, m["BLOCK_N"]), B * H),

@@ -49,7 +49,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ..api import check_inputs
 from . import k08a_backward as base
 from . import k08b_backward_tuned as tuned
-from .k04_triton_fa2_hopper import _tile, has_tma
+from .k04_triton_fa2_hopper import _s_key, _tile, has_tma
 
 LOG2E = base.LOG2E
 forward = base.forward                   # the forward is step 8a's (the solution's swept tiles)
@@ -201,11 +201,7 @@ def _prepare(q, k, v, o, lse, do):
         raise ValueError("CPU tensors run only through Triton's interpreter: set TRITON_INTERPRET=1 "
                          "before this file is imported (or move q, k, v to a GPU)")
     do = do.contiguous()
-    B, H, S, D = q.shape
-    delta = torch.empty((B, H, S), dtype=torch.float32, device=q.device)        # [B, H, S]
-    pre = base.INTERPRETER_CONFIG["PRE"] if interpreting() else tuned.PRE
-    base.bwd_preprocess_kernel[(triton.cdiv(S, pre["BLOCK_M"]), B * H)](
-        o, do, delta, H, S, q.stride(0), q.stride(1), q.stride(2), D=D, **pre)
+    delta = tuned.preprocess(o, do)                                             # [B, H, S]
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)         # [B, H, S, D] fp32
     dk, dv = torch.empty_like(q), torch.empty_like(q)
     return do, delta, dq_acc, dk, dv
@@ -230,14 +226,10 @@ def launch_backward(q, k, v, o, lse, do, *, causal=False, BLOCK_M, BLOCK_N, num_
     B, H, S, D = q.shape
     src = _views(q, k, v, do, dq_acc, BLOCK_M, BLOCK_N, use_tma, tma_add)
     bwd_fused_kernel[(triton.cdiv(S, BLOCK_N), B * H)](
-        *src, dq_acc, dk, dv, lse, delta, D ** -0.5, S, B * H * S, tuned_key(S), D=D, BLOCK_M=BLOCK_M,
+        *src, dq_acc, dk, dv, lse, delta, D ** -0.5, S, B * H * S, _s_key(S), D=D, BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N, CAUSAL=causal, USE_TMA=use_tma, TMA_ADD=tma_add, num_warps=num_warps,
         num_stages=num_stages)
     return dq_acc.to(q.dtype), dk, dv
-
-
-def tuned_key(S: int) -> int:
-    return min(triton.next_power_of_2(S), 16384)
 
 
 def backward(q, k, v, o, lse, do, *, causal: bool = False):
@@ -249,7 +241,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False):
     B, H, S, D = q.shape
     src = _views(q, k, v, do, dq_acc, 64, 64, use_tma, tma_add)         # block shapes set per configuration
     grid = lambda meta: (triton.cdiv(S, meta["BLOCK_N"]), B * H)       # noqa: E731
-    bwd_fused_tuned[grid](*src, dq_acc, dk, dv, lse, delta, D ** -0.5, S, B * H * S, tuned_key(S), D=D,
+    bwd_fused_tuned[grid](*src, dq_acc, dk, dv, lse, delta, D ** -0.5, S, B * H * S, _s_key(S), D=D,
                           CAUSAL=causal, USE_TMA=use_tma, TMA_ADD=tma_add)
     return dq_acc.to(q.dtype), dk, dv
 

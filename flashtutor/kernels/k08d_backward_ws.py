@@ -19,7 +19,7 @@ from ..api import check_inputs
 from ..loaders import load_cuda, tma
 from . import k08a_backward as base
 from .k07a_wgmma_tma import require_hopper
-from .k08b_backward_tuned import PRE, differentiable
+from .k08b_backward_tuned import differentiable, preprocess
 
 SOURCE = Path(__file__).with_suffix(".cu")
 KERNELS = {64: "ws_backward_d64", 128: "ws_backward_d128"}
@@ -58,9 +58,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False):
     B, H, S, D = q.shape
     if B * H > 65535:
         raise ValueError(f"B·H = {B * H} exceeds the grid's y limit (65535)")
-    delta = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
-    base.bwd_preprocess_kernel[(triton.cdiv(S, PRE["BLOCK_M"]), B * H)](
-        o, do, delta, H, S, q.stride(0), q.stride(1), q.stride(2), D=D, **PRE)
+    delta = preprocess(o, do)                                                   # [B, H, S]
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)          # the blocks add into it
     dk, dv = torch.empty_like(q), torch.empty_like(q)
     rows = B * H * S
