@@ -1,0 +1,110 @@
+"""Numbers the prose quotes from a run (a kernel header, a page's markdown, a rule's calibration note) are the run's:
+each is recomputed here from the results file or the stored output it was read from, so a re-run or a typo that
+leaves the sentence behind fails this test instead of the reader."""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+
+from flashtutor.chapters import ROOT, get_chapter
+
+LOG_C = ROOT / "results/ch08-time-h100-2026-11-27-c.json"
+NCU_8C = ROOT / "results/ch08-8c-h100-2026-11-27"
+
+
+def _markdown(path) -> str:
+    return "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                     if c["cell_type"] == "markdown")
+
+
+def _outputs(path) -> str:
+    text = []
+    for c in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        for o in c.get("outputs", []):
+            text.append("".join(o.get("text", "")))
+            text += ["".join(o.get("data", {}).get(k, "")) for k in ("text/plain", "text/markdown")]
+    return "\n".join(text)
+
+
+def _span(xs) -> str:
+    return f"{min(xs):.2f}–{max(xs):.2f}×"
+
+
+def _ratios_c(step, D, S=None):
+    """Backward-alone time ÷ SDPA-cuDNN's of ``step`` in the -c run, at head dim D (and sequence length S)."""
+    recs = json.loads(LOG_C.read_text())["records"]
+    return [r["ratio_vs_SDPA-cudnn"] for r in recs if r["kind"] == "time" and r["mode"] == "bwd"
+            and r["step"] == step and r["D"] == D and (S is None or r["S"] == S)]
+
+
+def test_step_8c_s_measured_ratios_in_its_header_and_on_the_page():
+    from flashtutor.kernels import k08c_backward_tma as k08c
+    quoted = [_span(_ratios_c("8c", 128)), _span(_ratios_c("8a", 128)),
+              _span(_ratios_c("8c", 64, 4096)), _span(_ratios_c("8a", 64, 4096))]
+    assert quoted == ["1.72–1.88×", "1.40–1.49×", "1.51–1.56×", "1.37–1.38×"], quoted
+    page = _markdown(ROOT / "chapters/08_backward/backward_measurements.ipynb")
+    header = " ".join(k08c.__doc__.split())
+    for q in quoted:
+        assert q in page and q.rstrip("×") in header, q
+
+
+def test_step_8c_s_profile_numbers_are_the_profile_s():
+    from flashtutor.kernels import k08c_backward_tma as k08c
+    kernels = json.loads((NCU_8C / "ncu-backward-summary.json").read_text())["kernels"]
+    tensor = {k["kernel"]: k["tensor"]["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
+              for k in kernels[:7]}                   # 8a's three kernels, then 8c's four (the reduce variant after)
+    rows = list(csv.reader(io.StringIO(gzip.decompress((NCU_8C / "ncu-backward-raw.csv.gz").read_bytes()).decode())))
+    col = rows[0].index("derived__local_spilling_requests")
+    spills = {r[rows[0].index("Kernel Name")]: float(r[col].replace(",", "")) for r in rows[2:9]}
+    fused = [k["time_us"] for k in kernels if k["kernel"] == "bwd_fused_kernel"]
+    header = " ".join(k08c.__doc__.split())
+    assert f"{spills['bwd_fused_kernel'] / 1e6:.0f} M local-memory spill requests" in header
+    assert f"(8a's dK/dV kernel: {spills['bwd_dkdv_kernel'] / 1e6:.2f} M)" in header
+    assert f"busy {tensor['bwd_fused_kernel']:.0f} % of the time" in header
+    assert f"(8a's kernels: {tensor['bwd_dkdv_kernel']:.0f} % and {tensor['bwd_dq_kernel']:.0f} %)" in header
+    assert f"cost another {100 * (fused[1] / fused[0] - 1):.0f} %" in header
+
+
+def test_chapter_8_s_rule_cites_its_h200_grade():
+    report = json.loads((ROOT / "results/grade08-solution-h200-2026-11-27.json").read_text())
+    ratios = [t["ratio"] for t in report["timings"]]
+    assert f"took {_span(ratios)}" in get_chapter("08").speed.calibration
+
+
+def test_the_training_take_away_quotes_both_runs():
+    gaps = [json.loads((ROOT / f"results/ch08-train-h100-2026-11-27{s}.json").read_text())["summary"]["gap"]
+            for s in ("", "-b")]
+    text = " ".join(_markdown(ROOT / "chapters/08_backward/backward.ipynb").split())
+    assert f"final losses {abs(gaps[0]):.3f} and {abs(gaps[1]):.3f} apart" in text
+
+
+def test_the_measuring_page_quotes_its_own_table():
+    nb = ROOT / "book/measuring.ipynb"
+    out, text = _outputs(nb), " ".join(_markdown(nb).split())
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if "do_bench" in line and parts[0] == "B1":
+            rows["pin held" if "triton do_bench" in line else "per call"] = float(parts[-1])
+        if line.startswith("matmul 8192"):
+            host, events = float(parts[-2]), float(parts[-1])
+    assert f"{rows['pin held'] - rows['per call']:.1f} µs the faster" in text
+    assert f"by about {100 * (events / host - 1):.0f} %" in text
+    assert "3.00 TB/s" in out and "3.00 TB/s for a large device-to-device copy" in " ".join(
+        _markdown(ROOT / "chapters/05_cutlass_three_kernel/cutlass_three_kernel_5b_kernels.ipynb").split())
+
+
+def test_chapter_5_quotes_its_reference_pair_from_the_gemm_table():
+    nb = ROOT / "chapters/05_cutlass_three_kernel/cutlass_three_kernel_5b_kernels.ipynb"
+    cells = {}
+    for line in _outputs(nb).splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if len(parts) == 6 and parts[5].endswith("×"):
+            cells[(parts[0], parts[1])] = parts[5]
+    pair = [cells[(f"{op} B1 H16 S1024 D{D}", f"128×{n}×64 1×1 coop tma")]
+            for D, op, n in ((64, "qk", 128), (64, "pv", 64), (128, "qk", 128), (128, "pv", 128))]
+    text = " ".join(_markdown(nb).split())
+    assert (f"takes {pair[0]} ($QK^\\top$) and {pair[1]} ($PV$) cuBLAS's time at the seed shape, "
+            f"and {pair[2]} and {pair[3]} at $D = 128$") in text, pair
