@@ -93,14 +93,15 @@ def test_book_uses_one_ratio_direction_and_one_peak(path):
 
 def test_bench_table_headers_use_the_time_direction():
     """The headers the bench modules print: a time ratio against SDPA, a % of the datasheet peak."""
-    from flashtutor.bench import ch06, ch07, tables
+    from flashtutor.bench import ch05, ch06, ch07, tables
     from flashtutor.roofline import datasheet_peaks
     row = {"problem": "B1 H16 S1024 D64", "step": "mine", "median_us": 20.0, "spread": 0.02,
            "time_vs_sdpa": 1.25, "pct_floor": 30.0, "graph_us": 18.0, "graph_vs_sdpa": 1.2}
     heads = [tables.markdown([row], columns=("median", "vs SDPA", "graph vs SDPA", "% floor")).splitlines()[0],
              ch06.rows_markdown([]).splitlines()[0],
              ch07.table([], datasheet_peaks("NVIDIA H100 80GB HBM3")).splitlines()[0],
-             ch07.gains_table([]).splitlines()[0]]
+             ch07.gains_table([]).splitlines()[0],
+             ch05.gemm_table([]).splitlines()[0]]
     assert "time / SDPA" in heads[0] and "graph time / SDPA" in heads[0]
     assert "% of peak (989)" in heads[2]
     for h in heads:
@@ -121,6 +122,7 @@ def test_bench_table_headers_use_the_time_direction():
     "2× that is 112%–160% of the measured peak (765 TFLOP/s)",
     "SDPA reached 82% of the 765 TFLOP/s peak",
     "r['speed_vs_sdpa']['tuned']",
+    "| product · shape | configuration | µs | TFLOP/s | TB/s | % of cuBLAS |",     # chapter 5's table, before
 ])
 def test_the_scan_catches_the_other_direction(bad):
     found = violations("a first line\n" + bad, "sample.md")
@@ -137,6 +139,7 @@ def test_the_scan_catches_the_other_direction(bad):
     "1.02× SDPA's time",
     "the HBM floor is 59% of SDPA's graph-replayed time",                # a time over a time
     "| `001` | “1.51× faster than FlashAttention-3” | took 3.71× its time |",   # a quoted claim, tested
+    "| product · shape | configuration | µs | TFLOP/s | TB/s | time ÷ cuBLAS |",   # chapter 5's table, now
 ])
 def test_the_scan_lets_the_convention_through(good):
     assert violations(good, "sample.md") == []
