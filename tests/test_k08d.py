@@ -1,5 +1,4 @@
-"""Chapter 8's warp-specialized backward in CUDA (flashtutor/kernels/k08d_backward_ws.cu, work in progress, not yet
-run on a GPU): the CPU tier compiles it for sm_90a and reads what ptxas made — one kernel per head dim, no local
+"""Chapter 8's warp-specialized backward in CUDA (flashtutor/kernels/k08d_backward_ws.cu): the CPU tier compiles it for sm_90a and reads what ptxas made — one kernel per head dim, no local
 memory, setmaxnreg honoured and no wgmma serialized, the wgmma count of its five products, TMA loads of its four
 operands, the bulk reduce of dQ — and checks that the launcher asks for the shared memory the kernel indexes."""
 from __future__ import annotations
@@ -45,8 +44,10 @@ def test_the_sass_holds_its_five_products_tma_and_the_bulk_reduce(built):
     for name, instrs in disassemble(built.cubin).items():
         D = int(re.search(r"_d(\d+)$", name).group(1))
         h = histogram(instrs)
-        # Sᵀ and dPᵀ: D/16 steps each; dV, dK: Br/16 each; dQ: 64/16 (a consumer's keys)
-        assert h["HGMMA"] == 2 * D // 16 + 2 * d.Br // 16 + 64 // 16, (name, h["HGMMA"])
+        # Sᵀ and dPᵀ: D/16 steps each; dV, dK: Br/16 each; dQ: one step per 16 keys, over the block's 128 keys
+        # at D = 128 (each consumer 64 of its columns), over a consumer's own 64 keys at D = 64
+        dq_keys = d.Bc if D == 128 else 64
+        assert h["HGMMA"] == 2 * D // 16 + 2 * d.Br // 16 + dq_keys // 16, (name, h["HGMMA"])
         assert h["UTMALDG"] == 4 * D // 64, (name, h["UTMALDG"])          # K, V, Q, dO: one box per 64 columns
         assert h["USETMAXREG"] == 2 and h["UBLKRED"] >= 1, (name, h)
 
@@ -68,3 +69,27 @@ def test_without_a_hopper_gpu_it_says_so():
     q = torch.zeros(1, 1, 64, 64, dtype=torch.float16)
     with pytest.raises((ValueError, RuntimeError), match="(?i)cuda|gpu|hopper"):
         d.backward(q, q, q, q, torch.zeros(1, 1, 64), q)
+
+
+def test_the_dq_buffer_tiles_come_back_in_place():
+    """The launcher's untiling copy puts every element of the accumulator-ordered tiles at its row and column (an
+    explicit loop over the fragment indices as the kernel writes them: float (j·128 + tid)·2 + e of a tile holds
+    accumulator register 2j + e of thread tid, row 16·warp + 8·(j % 2) + lane // 4, column 8·(j // 2) + 2·(lane % 4) + e)."""
+    import torch
+    from flashtutor.kernels import k08d_backward_ws as d
+    B, H, S, D = 1, 2, 70, 128
+    acc = d.dq_buffer(B, H, S, D, "cpu")
+    acc.copy_(torch.arange(acc.numel(), dtype=torch.float32).view(acc.shape))
+    want = torch.full((B * H, acc.shape[1] * 64, D), -1.0)
+    flat = acc.view(B * H, acc.shape[1], D // 64, 16, 128, 2)
+    for j in range(16):
+        for tid in range(128):
+            warp, lane = divmod(tid, 32)
+            row = 16 * warp + 8 * (j % 2) + lane // 4
+            for e in range(2):
+                col = 8 * (j // 2) + 2 * (lane % 4) + e
+                for blk in range(D // 64):
+                    want[:, row::64, blk * 64 + col] = flat[:, :, blk, j, tid, e]
+    got = d.dq_from_buffer(acc, B, H, S, D, torch.float32)
+    assert got.shape == (B, H, S, D) and got.is_contiguous()
+    assert torch.equal(got.view(B * H, S, D), want[:, :S])

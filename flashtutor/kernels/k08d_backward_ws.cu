@@ -1,65 +1,76 @@
-// Chapter 8, step d (work in progress: compiled and checked by the CPU tier, NOT YET RUN ON A GPU) — the backward
-// pass warp-specialized, on chapter 7's tools: TMA tiles, wgmma, a producer warpgroup, setmaxnreg.
+// Chapter 8, step d — the backward pass warp-specialized, on chapter 7's tools: TMA tiles, wgmma, a producer
+// warpgroup, setmaxnreg.
 //
 // The idea: step 8c folded dQ into the dK/dV loop and lost on registers (Triton gave one kind of warp 255 registers for
 // dK, dV and a dQ tile at once). Here the block has chapter 7b's three roles:
-//   warpgroup 0, the producer: one thread loads K_j and V_j (Bc = 128 keys) once, then streams (Q_i, dO_i) tiles of
-//     Br = 64 query rows through a two-slot ring (kv_full, then qdo_full[s] / qdo_empty[s], as 7b's K/V ring);
-//   warpgroups 1 and 2, the consumers: 64 keys each. Per query tile, all on wgmma:
-//     Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ   (shared × shared, both K-major: 7b's S = Q·Kᵀ with the roles swapped);
-//     Pᵀ = 2^(Sᵀ·scale·log2 e − lse·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − delta), in registers;
-//     dV_c += Pᵀ·dO_i and dK_c += dSᵀ·Q_i  (A from registers, B MN-major in shared memory: 7b's O += P·V);
-//     dQ_i += dS_c·K_c: dSᵀ goes to shared memory (128-byte swizzled rows, one per key) and is read back as a
-//       transposed A operand; K_c is an MN-major B. The 64 × D fp32 tile goes to shared memory and one thread adds it
-//       into the fp32 dQ buffer in global memory with one bulk reduce copy (cp.reduce.async.bulk … .add.f32): the
-//       rows of a query tile are contiguous there, so a tile is one copy. The two consumers each add their 64 keys'
-//       share (the sum over the block's keys happens in L2).
+//   warpgroup 0, the producer: its first thread loads K_j and V_j (Bc = 128 keys) once, then streams (Q_i, dO_i)
+//     tiles of Br = 64 query rows through a two-slot ring (kv_full, then qdo_full[s] / qdo_empty[s], as 7b's K/V
+//     ring); its second warp copies the tile's lse (times log2 e; +inf past S) and delta into the same slot, so the
+//     consumers read them from shared memory;
+//   warpgroups 1 and 2, the consumers: 64 keys each. Per query tile, all on wgmma, each product issued as soon as its
+//   operands exist and waited for only where its result is needed:
+//     Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ   (shared × shared, both K-major: 7b's S = Q·Kᵀ with the roles swapped);
+//     wait for Sᵀ (dPᵀ still running): Pᵀ = 2^(Sᵀ·scale·log2 e − lse·log2 e); issue dV_c += Pᵀ·dO_i;
+//     wait for dPᵀ (dV running): dSᵀ = Pᵀ ∘ (dPᵀ − delta); issue dK_c += dSᵀ·Q_i (A from registers, B MN-major);
+//     dSᵀ to shared memory (128-byte swizzled rows, one per key; two buffers, alternating per tile); once both
+//     consumers have written theirs: dQ_i = dS·K over all 128 keys of the block, consumer c computing the 64 columns
+//     c·64 … c·64 + 63 (at D = 128; at D = 64 each consumer does all 64 columns over its own 64 keys), with A = dSᵀ
+//     read back transposed and K as an MN-major B;
+//     wait for dV and dK: release the ring slot; wait for dQ: the 64 × 64 fp32 tile goes to shared memory in the
+//     accumulator's own order (each warp writes 256 contiguous bytes: no bank conflicts) and one thread adds it into
+//     the fp32 dQ buffer with one bulk reduce copy (cp.reduce.async.bulk … .add.f32). That buffer is the kernel's own
+//     scratch, laid out in those 16 KB tiles; the launcher turns it into dQ (a permuting cast, one copy).
 // Registers (D = 128): dK and dV stay in fp32 for the whole loop (64 + 64 per thread), Sᵀ and dPᵀ (32 + 32) die once
-// packed to fp16, dQ (64) lives only for its own wgmma: under the 240 the consumers take with setmaxnreg.
+// packed to fp16, the dQ tile takes 32: under the 240 the consumers take with setmaxnreg.
 //
-// Rows past S. Query rows past S (the last tile) get lse = +inf, so their P, dS and dQ share are 0, and the bulk add
-// covers only rows < S. Key rows past S are masked out of P and dS (TMA reads the next head's rows there), and their
-// dK, dV rows are not stored. Causal: a block starts at the query tile holding its first key, and every element with
-// query < key is masked (also in tiles that need no mask: a later step can split the loop as 8b does).
+// Rows past S. Query rows past S (the last tile) get lse = +inf, so their P, dS and dQ share are 0. Key rows past S
+// are masked out of P and dS (TMA reads the next head's rows there), and their dK, dV rows are not stored. Causal: a
+// block starts at the query tile holding its first key. The mask is applied only to the tiles that need it: the
+// diagonal tiles of causal attention and the block holding the last key.
 //
 // What changed since step 8c: CUDA instead of Triton, for the roles and the register split Triton cannot express on
 // Hopper; dQ through a bulk reduce of a shared-memory tile (8c: a TMA tensor reduce).
-// Limitation: not yet run — correctness and speed unknown; lse and delta are read from global memory per element
-// (L1/L2 hits) rather than staged by the producer; the mask is computed on every tile.
+// Limitation: at D = 64 both consumers add a partial dQ tile per query tile (twice the reduce traffic of D = 128's
+// split); the two consumers meet at a barrier every tile (for dS), so one's stall is the other's.
 #include "hopper.cuh"   // mbarriers, TMA, wgmma, setmaxnreg in inline PTX: flashtutor/cuda/hopper.cuh
 
 constexpr int CONSUMERS = 2;                  // consumer warpgroups per block
 constexpr int Bc = 64 * CONSUMERS;            // keys per block: 64 (wgmma's M) per consumer
 constexpr int Br = 64;                        // query rows per streamed tile (the N of Sᵀ, the K of dV, dK)
-constexpr int STAGES = 2;                     // (Q, dO) ring slots
+constexpr int STAGES = 2;                     // (Q, dO, lse, delta) ring slots
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr int PRODUCER_REGS = 24;
 constexpr int CONSUMER_REGS = 240;
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;
+constexpr int DQ_TILE = 64 * 64;              // fp32 elements of one dQ tile: 64 query rows × 64 columns
+constexpr int BAR_DS = 1, BAR_WG = 2;         // named barriers: both consumers (dS written); one consumer (+ c)
 
 template <int D>
 struct Layout {
     static constexpr int BOXES = D / BOX;
+    static constexpr bool SPLIT = D == 128;                // dQ: consumer c computes columns 64c .. 64c + 63
     static constexpr int KV_BYTES = Bc * D * 2;            // K or V of the block [BOXES][Bc][64] fp16, swizzled
     static constexpr int T_BYTES = Br * D * 2;             // a Q or dO tile      [BOXES][Br][64] fp16, swizzled
-    static constexpr int DS_BYTES = 64 * Br * 2;           // one consumer's dSᵀ  [64 keys][Br] fp16, swizzled
-    static constexpr int DQ_BYTES = Br * D * 4;            // one consumer's dQ   [Br][D] fp32, row-major
+    static constexpr int LD_BYTES = 2 * Br * 4;            // a tile's lse·log2 e and delta [2][Br] fp32
+    static constexpr int DS_BYTES = Bc * Br * 2;           // dSᵀ of the block    [Bc keys][Br] fp16, swizzled
+    static constexpr int DQ_BYTES = DQ_TILE * 4;           // one consumer's dQ tile, fp32, accumulator order
     static constexpr int K_OFF = 0;
     static constexpr int V_OFF = K_OFF + KV_BYTES;
     static constexpr int Q_OFF = V_OFF + KV_BYTES;          // Q ring  [STAGES] tiles
     static constexpr int DO_OFF = Q_OFF + STAGES * T_BYTES; // dO ring [STAGES] tiles
-    static constexpr int DS_OFF = DO_OFF + STAGES * T_BYTES;
-    static constexpr int DQ_OFF = DS_OFF + CONSUMERS * DS_BYTES;
-    static constexpr int BAR_OFF = DQ_OFF + CONSUMERS * DQ_BYTES;   // kv_full, qdo_full[STAGES], qdo_empty[STAGES]
+    static constexpr int DS_OFF = DO_OFF + STAGES * T_BYTES; // [2] buffers, alternating per tile
+    static constexpr int DQ_OFF = DS_OFF + 2 * DS_BYTES;
+    static constexpr int LD_OFF = DQ_OFF + CONSUMERS * DQ_BYTES;    // [STAGES] slots
+    static constexpr int BAR_OFF = LD_OFF + STAGES * LD_BYTES;      // kv_full, qdo_full[STAGES], qdo_empty[STAGES]
     static constexpr int BYTES = BAR_OFF + 8 * (1 + 2 * STAGES);
-    static_assert(D % BOX == 0, "D must be a multiple of 64");
+    static_assert(D % BOX == 0 && D <= 128, "D must be 64 or 128");
     static_assert(T_BYTES % SWIZZLE_ATOM == 0 && DS_BYTES % SWIZZLE_ATOM == 0, "tiles start on swizzle atoms");
 };
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 // d[64, N] (+)= A[64, 16] · B[16, N], both in shared memory and both MN-major: hopper.cuh's wgmma_ss with the
-// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored.
+// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored (N = 64: a consumer's 64 columns of dQ).
 template <int N> __device__ void wgmma_ss_tt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d);
 #define FT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -71,18 +82,6 @@ __device__ __forceinline__ void wgmma_ss_tt<64>(float (&d)[32], u64 desc_a, u64 
                  "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
                  " %32, %33, p, 1, 1, 1, 1;\n}"
                  : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_tt<128>(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
-                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
-                 " %64, %65, p, 1, 1, 1, 1;\n}"
-                 : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24), FT_D8(32), FT_D8(40), FT_D8(48), FT_D8(56)
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 #undef FT_D8
@@ -103,23 +102,29 @@ __device__ __forceinline__ void st_shared_b32(u32 addr, u32 x) {
 __device__ __forceinline__ void st_shared_v2(u32 addr, float a, float b) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(a), "f"(b) : "memory");
 }
+__device__ __forceinline__ float2 ld_shared_v2(u32 addr) {
+    float2 r;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "r"(addr) : "memory");
+    return r;
+}
 
 template <int D>
 struct Smem {
-    u32 k, v, q, dO, ds, dq, kv_full, qdo_full, qdo_empty;
+    u32 k, v, q, dO, ds, dq, ld, kv_full, qdo_full, qdo_empty;
     __device__ explicit Smem(u32 base) {
         using L = Layout<D>;
         k = base + L::K_OFF; v = base + L::V_OFF; q = base + L::Q_OFF; dO = base + L::DO_OFF;
-        ds = base + L::DS_OFF; dq = base + L::DQ_OFF;
+        ds = base + L::DS_OFF; dq = base + L::DQ_OFF; ld = base + L::LD_OFF;
         kv_full = base + L::BAR_OFF; qdo_full = kv_full + 8; qdo_empty = qdo_full + 8 * STAGES;
     }
 };
 
-// The producer: K and V of the block once, then every (Q_i, dO_i) tile into the ring, each slot once it is released.
+// The producer's first thread: K and V of the block once, then every (Q_i, dO_i) tile into the ring, each slot
+// once both consumers have released it.
 template <int D>
-__device__ __forceinline__ void producer(const Smem<D>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
-                                         const CUtensorMap* tmV, const CUtensorMap* tmdO, int row0, int k0,
-                                         int m_lo, int n_tiles) {
+__device__ __forceinline__ void load_tiles(const Smem<D>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
+                                           const CUtensorMap* tmV, const CUtensorMap* tmdO, int row0, int k0,
+                                           int m_lo, int n_tiles) {
     using L = Layout<D>;
     mbar_arrive_expect_tx(sm.kv_full, 2 * L::KV_BYTES);
 #pragma unroll
@@ -141,12 +146,58 @@ __device__ __forceinline__ void producer(const Smem<D>& sm, const CUtensorMap* t
     for (int t = max(0, n_tiles - STAGES); t < n_tiles; ++t) mbar_wait(sm.qdo_full + 8 * (t % STAGES), (t / STAGES) & 1);
 }
 
+// The producer's second warp: each tile's lse (times log2 e, +inf past S) and delta (0 past S) into the slot; every
+// lane arrives on the slot's full barrier after its own stores (the barrier counts 1 + 32 arrivals).
+template <int D>
+__device__ __forceinline__ void load_rows(const Smem<D>& sm, const float* __restrict__ LSE,
+                                          const float* __restrict__ DELTA, int row0, int m_lo, int n_tiles, int S) {
+    using L = Layout<D>;
+    const int lane = threadIdx.x % 32;
+    for (int t = 0; t < n_tiles; ++t) {
+        const int s = t % STAGES, u = t / STAGES, i0 = m_lo + t * Br;
+        if (u > 0) mbar_wait(sm.qdo_empty + 8 * s, (u - 1) & 1);
+        const u32 slot = sm.ld + s * L::LD_BYTES;
+#pragma unroll
+        for (int r = lane; r < Br; r += 32) {
+            const int qi = i0 + r;
+            const bool ok = qi < S;
+            st_shared_b32(slot + 4 * r, __float_as_uint(ok ? __ldg(LSE + row0 + qi) * 1.4426950408889634f
+                                                           : CUDART_INF_F));
+            st_shared_b32(slot + 4 * (Br + r), __float_as_uint(ok ? __ldg(DELTA + row0 + qi) : 0.f));
+        }
+        mbar_arrive(sm.qdo_full + 8 * s);
+    }
+}
+
+// Pᵀ (into st) and dSᵀ's first factor from Sᵀ and the tile's lse; element (key r_lo + 8h, query 8·n8 + c_lane + e)
+// is index 4·n8 + 2·h + e. MASK: zero the elements whose key is past S or (causal) after the query.
+template <bool MASK>
+__device__ __forceinline__ void softmax_tile(float (&st)[Br / 2], u32 slot, float scale_log2, int i0, int key_lo,
+                                             int c_lane, int S, int causal) {
+#pragma unroll
+    for (int n8 = 0; n8 < Br / 8; ++n8) {
+        const float2 lse2 = ld_shared_v2(slot + 4 * (8 * n8 + c_lane));
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = 4 * n8 + 2 * h + e;
+                const float p = fast_exp2(fmaf(st[i], scale_log2, -(e ? lse2.y : lse2.x)));
+                if (MASK) {
+                    const int qi = i0 + 8 * n8 + c_lane + e, key = key_lo + 8 * h;
+                    st[i] = (key < S && (!causal || qi >= key)) ? p : 0.f;
+                } else {
+                    st[i] = p;
+                }
+            }
+    }
+}
+
 // A consumer warpgroup: keys kc0 .. kc0 + 63 against every query tile the producer streams.
 template <int D>
-__device__ __forceinline__ void consumer(const Smem<D>& sm, int c, const float* __restrict__ LSE,
-                                         const float* __restrict__ DELTA, float* __restrict__ DQ,
-                                         __half* __restrict__ DK, __half* __restrict__ DV, int row0, int k0,
-                                         int m_lo, int n_tiles, int S, float scale, int causal) {
+__device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __restrict__ DQ, __half* __restrict__ DK,
+                                         __half* __restrict__ DV, int row0, int k0, int m_lo, int n_tiles,
+                                         int q_tiles, int S, float scale, int causal) {
     using L = Layout<D>;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int kc0 = k0 + 64 * c;                                        // this warpgroup's first key
@@ -154,7 +205,13 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, const float* 
     const int c_lane = 2 * (lane % 4);                                  // its first column in each 8-column chunk
     const float scale_log2 = scale * 1.4426950408889634f;
     const u32 sK = sm.k + c * 64 * 128, sV = sm.v + c * 64 * 128;     // this warpgroup's 64 rows of each box
-    const u32 sdS = sm.ds + c * L::DS_BYTES, sdQ = sm.dq + c * L::DQ_BYTES;
+    const u32 sdQ = sm.dq + c * L::DQ_BYTES;
+    // dQ's operands: at D = 128 all 128 keys (both consumers' dSᵀ) against K's box c; at D = 64 this consumer's
+    // 64 keys against its own rows of K.
+    constexpr int DQ_KEYS = L::SPLIT ? Bc : 64;
+    const u32 dq_a = L::SPLIT ? 0u : u32(c * 64 * 128), dq_b = L::SPLIT ? sm.k + c * Bc * 128 : sK;
+    const int dq_block = L::SPLIT ? c : 0;                             // which 64 columns of the query tile
+    const bool tail = kc0 + 64 > S;                                      // keys past S in this warpgroup
     float dk[D / 2], dv[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
@@ -162,10 +219,11 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, const float* 
     mbar_wait(sm.kv_full, 0);
     for (int t = 0; t < n_tiles; ++t) {
         const int s = t % STAGES, i0 = m_lo + t * Br;
-        const u32 sQ = sm.q + s * L::T_BYTES, sdO = sm.dO + s * L::T_BYTES;
+        const u32 sQ = sm.q + s * L::T_BYTES, sdO = sm.dO + s * L::T_BYTES, slot = sm.ld + s * L::LD_BYTES;
+        const u32 sdS = sm.ds + (t % 2) * L::DS_BYTES;
         mbar_wait(sm.qdo_full + 8 * s, (t / STAGES) & 1);
 
-        // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: D/16 steps along D, each 64×Br×16.
+        // Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ: D/16 steps along D each, 64×Br×16, two groups.
         float st[Br / 2], dpt[Br / 2];
         wgmma_fence();
 #pragma unroll
@@ -174,6 +232,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, const float* 
             wgmma_ss<Br>(st, make_desc(sK + (kk / 4) * Bc * 128 + in_box, 16, SWIZZLE_ATOM),
                          make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM), kk > 0);
         }
+        wgmma_commit();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 in_box = (kk % 4) * 32;
@@ -181,47 +240,48 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, const float* 
                          make_desc(sdO + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM), kk > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(st);
-        fence_regs(dpt);
 
-        // Pᵀ and dSᵀ, element (key r_lo + 8h, query 8·n8 + c_lane + e) is index 4·n8 + 2·h + e.
-#pragma unroll
-        for (int n8 = 0; n8 < Br / 8; ++n8)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int qi = i0 + 8 * n8 + c_lane + e;
-                const bool q_ok = qi < S;
-                const float lse2 = q_ok ? __ldg(LSE + row0 + qi) * 1.4426950408889634f : CUDART_INF_F;
-                const float delta = q_ok ? __ldg(DELTA + row0 + qi) : 0.f;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int i = 4 * n8 + 2 * h + e, key = kc0 + r_lo + 8 * h;
-                    const bool keep = key < S && (!causal || qi >= key);
-                    const float p = keep ? fast_exp2(fmaf(st[i], scale_log2, -lse2)) : 0.f;
-                    st[i] = p;
-                    dpt[i] = p * (dpt[i] - delta);
-                }
-            }
+        // Pᵀ while dPᵀ runs; then dV_c += Pᵀ·dO_i (Br/16 steps along the queries, 64×D×16, B MN-major).
+        wgmma_wait<1>();
+        fence_regs(st);
+        if (tail || (causal && i0 < kc0 + 64))
+            softmax_tile<true>(st, slot, scale_log2, i0, kc0 + r_lo, c_lane, S, causal);
+        else
+            softmax_tile<false>(st, slot, scale_log2, i0, kc0 + r_lo, c_lane, S, causal);
         // As wgmma A operands (K = the tile's queries): queries 16kk..16kk+15 are elements 8kk .. 8kk + 7.
         u32 pf[Br / 16][4], df[Br / 16][4];
 #pragma unroll
         for (int kk = 0; kk < Br / 16; ++kk)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                pf[kk][r] = pack_half2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
-                df[kk][r] = pack_half2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
-            }
-
-        // dV_c += Pᵀ·dO_i, dK_c += dSᵀ·Q_i: Br/16 steps along the queries, each 64×D×16, B MN-major.
+            for (int r = 0; r < 4; ++r) pf[kk][r] = pack_half2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
         fence_regs(dv);
-        fence_regs(dk);
         fence_regs(pf);
-        fence_regs(df);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Br / 16; ++kk)
             wgmma_rs<D>(dv, pf[kk], make_desc(sdO + kk * 16 * 128, Br * 128, SWIZZLE_ATOM));
+        wgmma_commit();
+
+        // dSᵀ = Pᵀ ∘ (dPᵀ − delta) while dV runs; then dK_c += dSᵀ·Q_i.
+        wgmma_wait<1>();
+        fence_regs(dpt);
+#pragma unroll
+        for (int n8 = 0; n8 < Br / 8; ++n8) {
+            const float2 delta = ld_shared_v2(slot + 4 * (Br + 8 * n8 + c_lane));
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = 4 * n8 + 2 * h;
+                dpt[i] = st[i] * (dpt[i] - delta.x);
+                dpt[i + 1] = st[i + 1] * (dpt[i + 1] - delta.y);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) df[kk][r] = pack_half2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+        fence_regs(dk);
+        fence_regs(df);
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Br / 16; ++kk)
             wgmma_rs<D>(dk, df[kk], make_desc(sQ + kk * 16 * 128, Br * 128, SWIZZLE_ATOM));
@@ -232,43 +292,40 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, const float* 
         for (int n8 = 0; n8 < Br / 8; ++n8)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = r_lo + 8 * h;
-                st_shared_b32(sdS + row * 128 + ((n8 ^ (row % 8)) * 16) + c_lane * 2,
-                              df[n8 / 2][(n8 % 2) * 2 + h]);
+                const int row = 64 * c + r_lo + 8 * h;
+                st_shared_b32(sdS + row * 128 + ((n8 ^ (row % 8)) * 16) + c_lane * 2, df[n8 / 2][(n8 % 2) * 2 + h]);
             }
-        wgmma_wait<0>();                                                // dV, dK done: Q_i and dO_i are read
+        fence_proxy_async();                                            // dSᵀ written: visible to wgmma
+        if (L::SPLIT) named_bar_sync(BAR_DS, 2 * 128);                  // both halves of dSᵀ are in place
+        else named_bar_sync(BAR_WG + c, 128);
+
+        // dQ_i's 64 columns = dS·K: DQ_KEYS/16 steps along the keys, 64×64×16, A and B MN-major.
+        float dq[32];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < DQ_KEYS / 16; ++kk)
+            wgmma_ss_tt<64>(dq, make_desc(sdS + dq_a + kk * 16 * 128, 64 * 128, SWIZZLE_ATOM),
+                            make_desc(dq_b + kk * 16 * 128, Bc * 128, SWIZZLE_ATOM), kk > 0);
+        wgmma_commit();
+        wgmma_wait<1>();                                                // dV, dK done: Q_i, dO_i, lse, delta read
         fence_regs(dv);
         fence_regs(dk);
         if (tid == 0) mbar_arrive(sm.qdo_empty + 8 * s);                // release the slot
-        fence_proxy_async();                                            // dSᵀ written: visible to wgmma
-        named_bar_sync(1 + c, 128);
-
-        // dQ_i (this warpgroup's keys) = dS_c·K_c: 64/16 steps along the keys, each 64×D×16, A and B MN-major.
-        float dq[D / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 64 / 16; ++kk)
-            wgmma_ss_tt<D>(dq, make_desc(sdS + kk * 16 * 128, 64 * 128, SWIZZLE_ATOM),
-                           make_desc(sK + kk * 16 * 128, Bc * 128, SWIZZLE_ATOM), kk > 0);
-        wgmma_commit();
         wgmma_wait<0>();
         fence_regs(dq);
 
-        // The tile to shared memory (after the previous bulk add has read it), then one bulk add of its rows < S.
+        // The tile to shared memory in the accumulator's order (after the previous bulk add has read it), then
+        // one bulk add into its 16 KB tile of the dQ buffer.
         if (tid == 0) bulk_wait_read();
-        named_bar_sync(1 + c, 128);
+        named_bar_sync(BAR_WG + c, 128);
 #pragma unroll
-        for (int n8 = 0; n8 < D / 8; ++n8)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = r_lo + 8 * h, i = 4 * n8 + 2 * h;
-                st_shared_v2(sdQ + (row * D + 8 * n8 + c_lane) * 4, dq[i] * scale, dq[i + 1] * scale);
-            }
+        for (int j = 0; j < 16; ++j)
+            st_shared_v2(sdQ + (j * 128 + tid) * 8, dq[2 * j] * scale, dq[2 * j + 1] * scale);
         fence_proxy_async();
-        named_bar_sync(1 + c, 128);
+        named_bar_sync(BAR_WG + c, 128);
         if (tid == 0) {
-            const int rows = min(Br, S - i0);
-            if (rows > 0) bulk_reduce_add_f32(DQ + (size_t)(row0 + i0) * D, sdQ, rows * D * 4);
+            const size_t tile = (size_t)(row0 / S * q_tiles + i0 / Br) * (D / 64) + dq_block;
+            bulk_reduce_add_f32(DQ + tile * DQ_TILE, sdQ, L::DQ_BYTES);
         }
     }
     if (tid == 0) bulk_wait_all();
@@ -300,13 +357,14 @@ __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUt
     const int k0 = blockIdx.x * Bc;                                     // first key of this block
     const int row0 = blockIdx.y * S;                                    // this head's first row in [B·H·S, ·]
     const int m_lo = causal ? (k0 / Br) * Br : 0;                       // causal: queries before k0 see no key here
-    const int n_tiles = (S - m_lo + Br - 1) / Br;
+    const int q_tiles = (S + Br - 1) / Br;
+    const int n_tiles = q_tiles - m_lo / Br;
 
     if (threadIdx.x == 0) {
         tma_prefetch_map(tmQ); tma_prefetch_map(tmK); tma_prefetch_map(tmV); tma_prefetch_map(tmdO);
         mbar_init(sm.kv_full, 1);
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(sm.qdo_full + 8 * s, 1);
+            mbar_init(sm.qdo_full + 8 * s, 1 + 32);                     // the TMA thread + the row warp's lanes
             mbar_init(sm.qdo_empty + 8 * s, CONSUMERS);
         }
         fence_barrier_init();
@@ -315,13 +373,13 @@ __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUt
 
     if (wg == 0) {
         setmaxnreg_dec<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<D>(sm, tmQ, tmK, tmV, tmdO, row0, k0, m_lo, n_tiles);
+        if (threadIdx.x == 0) load_tiles<D>(sm, tmQ, tmK, tmV, tmdO, row0, k0, m_lo, n_tiles);
+        else if (threadIdx.x / 32 == 1) load_rows<D>(sm, LSE, DELTA, row0, m_lo, n_tiles, S);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer<D>(sm, wg - 1, LSE, DELTA, DQ, DK, DV, row0, k0, m_lo, n_tiles, S, scale, causal);
+        consumer<D>(sm, wg - 1, DQ, DK, DV, row0, k0, m_lo, n_tiles, q_tiles, S, scale, causal);
     }
 }
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ws_backward_d64(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO, const float* LSE,

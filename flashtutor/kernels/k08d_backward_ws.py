@@ -24,11 +24,12 @@ from .k08b_backward_tuned import differentiable, preprocess
 SOURCE = Path(__file__).with_suffix(".cu")
 KERNELS = {64: "ws_backward_d64", 128: "ws_backward_d128"}
 Bc, Br = 128, 64            # keys per block (64 per consumer warpgroup), query rows per streamed tile
-STAGES = 2                  # (Q, dO) ring slots
+STAGES = 2                  # (Q, dO, lse, delta) ring slots
 CONSUMERS = 2
 THREADS = 128 * (1 + CONSUMERS)
 BOX = 64                    # fp16 columns per TMA box: 128 bytes, the swizzle span
 ALIGN = 1024                # the kernel aligns its tiles to a swizzle atom itself
+DQ_TILE = 64 * 64           # fp32 elements of one dQ tile (64 query rows × 64 columns)
 forward = base.forward
 _mod = None
 
@@ -37,10 +38,28 @@ def shared_bytes(D: int) -> int:
     """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack."""
     kv = 2 * Bc * D * 2                         # K and V of the block
     tiles = 2 * STAGES * Br * D * 2             # the Q and dO rings
-    ds = CONSUMERS * 64 * Br * 2                # each consumer's dSᵀ
-    dq = CONSUMERS * Br * D * 4                 # each consumer's fp32 dQ tile
+    rows = STAGES * 2 * Br * 4                  # each slot's lse and delta
+    ds = 2 * Bc * Br * 2                        # dSᵀ of the block, two buffers
+    dq = CONSUMERS * DQ_TILE * 4                # each consumer's fp32 dQ tile
     bars = 8 * (1 + 2 * STAGES)
-    return kv + tiles + ds + dq + bars + ALIGN
+    return kv + tiles + ds + dq + rows + bars + ALIGN
+
+
+def dq_buffer(B: int, H: int, S: int, D: int, device) -> torch.Tensor:
+    """The fp32 buffer the blocks add dQ into, zeroed: per head, per 64-row query tile, per 64 columns, one 16 KB
+    tile in the order a consumer's wgmma accumulator holds it (so that its warps write shared memory without bank
+    conflicts): [n8 (8)][h (2)][warp (4)][lane // 4 (8)][lane % 4 (4)][e (2)] for row 16·warp + 8·h + lane // 4 and
+    column 8·n8 + 2·(lane % 4) + e."""
+    return torch.zeros(B * H, triton.cdiv(S, 64), D // 64, 8, 2, 4, 8, 4, 2, dtype=torch.float32, device=device)
+
+
+def dq_from_buffer(acc: torch.Tensor, B: int, H: int, S: int, D: int, dtype) -> torch.Tensor:
+    """dQ [B, H, S, D] from :func:`dq_buffer`'s tiles: one permuting copy that also casts."""
+    T = acc.shape[1]
+    out = torch.empty(B, H, T * 64, D, dtype=dtype, device=acc.device)
+    # out's rows split as (tile, warp, h, lane // 4), its columns as (64-block, n8, lane % 4, e)
+    out.view(B * H, T, 4, 2, 8, D // 64, 8, 4, 2).copy_(acc.permute(0, 1, 5, 4, 6, 2, 3, 7, 8))
+    return out if T * 64 == S else out[:, :, :S].contiguous()
 
 
 def _module():
@@ -59,7 +78,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False):
     if B * H > 65535:
         raise ValueError(f"B·H = {B * H} exceeds the grid's y limit (65535)")
     delta = preprocess(o, do)                                                   # [B, H, S]
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)          # the blocks add into it
+    dq_acc = dq_buffer(B, H, S, D, q.device)                                     # the blocks add into it
     dk, dv = torch.empty_like(q), torch.empty_like(q)
     rows = B * H * S
     tq, tdo = (tma.tensor_map(t.view(rows, D), box_rows=Br, box_cols=BOX) for t in (q, do))
@@ -67,7 +86,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False):
     tma.launch(_module().kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
                shared_mem=shared_bytes(D),
                args=(tq, tk, tv, tdo, lse, delta, dq_acc, dk, dv, S, D ** -0.5, int(causal)))
-    return dq_acc.to(q.dtype), dk, dv
+    return dq_from_buffer(dq_acc, B, H, S, D, q.dtype), dk, dv
 
 
 FlashAttentionWS, attention = differentiable(forward, backward)   # attention(q, k, v, *, causal=False)
