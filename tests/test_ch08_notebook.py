@@ -19,7 +19,7 @@ NOTEBOOK = ROOT / "chapters" / "08_backward" / "backward.ipynb"
 DIAGRAMS = ROOT / "book" / "diagrams"
 SOLUTION = ROOT / "solutions" / "08_backward" / "attention.py"
 TIME_LOG = ROOT / "results" / "ch08-time-h100-2026-11-27-b-partial.log"
-TRAIN = ROOT / "results" / "ch08-train-h100-2026-11-27-b.json"     # the swept tiles' run
+TRAIN = ROOT / "results" / "ch08-train-h100-2026-11-27-c.json"     # swept tiles, then the interleaved pairs
 
 
 def _cells():
@@ -127,3 +127,47 @@ def test_stored_tables_are_the_results_files():
     for name, loss in run["summary"]["final_loss_mean_of_last_10pct"].items():
         assert f"{loss:.4f}" in text and f"{run['summary']['median_step_ms'][name]:.1f} ms" in text, name
     assert f"{run['summary']['gap']:+.4f}" in text
+
+
+def interleaved_summary(timing):
+    """The interleaved timing's medians and p10–p90 recomputed from its per-step times, the way
+    scripts/ch08_train.py computes them (the sorted list's element at int(f · n); ratios 8a / SDPA per pair)."""
+    def q(xs, f):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+    rec = timing["runs"]
+    a, b = list(rec)                                    # "sdpa", then the chapter's step
+    out = {}
+    for kind in ("wall_ms", "event_ms"):
+        ratios = [y / x for x, y in zip(rec[a][kind], rec[b][kind])]
+        out[kind] = {n: {"median": q(rec[n][kind], 0.5), "p10": q(rec[n][kind], 0.1), "p90": q(rec[n][kind], 0.9)}
+                     for n in (a, b)}
+        out[kind]["pair_ratio"] = {"median": q(ratios, 0.5), "p10": q(ratios, 0.1), "p90": q(ratios, 0.9)}
+    return out
+
+
+def test_the_printed_interleaved_timing_is_the_results_file():
+    """The page prints the training run's interleaved step times (CUDA events and wall time: medians, p10–p90, the
+    per-pair ratio) as the JSON holds them, and the JSON's figures are those of its own per-step times."""
+    run = json.loads(TRAIN.read_text())
+    timing, step = run["interleaved"], run["config"]["step"]
+    assert len(timing["runs"]["sdpa"]["event_ms"]) == len(timing["runs"][step]["event_ms"]) == timing["pairs"]
+    mine = interleaved_summary(timing)
+    for kind in ("wall_ms", "event_ms"):
+        for who, stats in mine[kind].items():
+            for k, v in stats.items():
+                assert abs(v - timing[kind][who][k]) < 1e-12, (kind, who, k)
+    text = " ".join("".join(_outputs(c) for c in _cells()).split())      # docs.wrap's line breaks as spaces
+    assert f"interleaved: {timing['pairs']} pairs of steps" in text
+    for kind in ("event_ms", "wall_ms"):
+        t = mine[kind]
+        line = (f"{kind[:-3]} time per step: "
+                + ", ".join(f"{'SDPA' if n == 'sdpa' else n} {t[n]['median']:.2f} ms (p10–p90 "
+                            f"{t[n]['p10']:.2f}–{t[n]['p90']:.2f})" for n in ("sdpa", step))
+                + f"; {step} / SDPA per pair {t['pair_ratio']['median']:.3f} (p10–p90 "
+                  f"{t['pair_ratio']['p10']:.3f}–{t['pair_ratio']['p90']:.3f})")
+        assert line in text, line
+    ratio = mine["event_ms"]["pair_ratio"]["median"]
+    verdict = "met" if ratio <= 1.10 else "missed"
+    assert (f"training step time, {step} / SDPA per pair (median, CUDA events): {ratio:.3f} — "
+            f"target at most 1.10: {verdict}") in text

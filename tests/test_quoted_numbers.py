@@ -73,11 +73,45 @@ def test_chapter_8_s_rule_cites_its_h200_grade():
     assert f"took {_span(ratios)}" in get_chapter("08").speed.calibration
 
 
-def test_the_training_take_away_quotes_both_runs():
-    gaps = [json.loads((ROOT / f"results/ch08-train-h100-2026-11-27{s}.json").read_text())["summary"]["gap"]
-            for s in ("", "-b")]
+def _q(xs, f):
+    """scripts/ch08_train.py's quantile: the sorted list's element at int(f · n)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(f * len(xs)))]
+
+
+def test_the_training_prose_quotes_the_runs():
+    """The chapter's take-away quotes the three runs' loss gaps and the interleaved step-time ratio; the measurements page's training prose quotes
+    all three runs' gaps and sequential step-time ratios, and the newest run's interleaved per-pair ratio (median and
+    p10–p90, events and wall time alike), recomputed here from its per-step times."""
+    runs = [json.loads((ROOT / f"results/ch08-train-h100-2026-11-27{s}.json").read_text()) for s in ("", "-b", "-c")]
+    gaps = [r["summary"]["gap"] for r in runs]
     text = " ".join(_markdown(ROOT / "chapters/08_backward/backward.ipynb").split())
-    assert f"final losses {abs(gaps[0]):.3f} and {abs(gaps[1]):.3f} apart" in text
+    assert f"final losses {abs(gaps[0]):.3f}, {abs(gaps[1]):.3f} and {abs(gaps[2]):.4f} apart" in text
+
+    page = " ".join(_markdown(ROOT / "chapters/08_backward/backward_measurements.ipynb").split())
+    assert (f"The final losses are {abs(gaps[2]):.4f} apart in this run and {abs(gaps[1]):.4f} and "
+            f"{abs(gaps[0]):.4f} apart in the two before it") in page
+    seq = [r["summary"]["step_time_ratio"] for r in runs]
+    assert f"put step 8a at {seq[2]:.2f}×, {seq[1]:.2f}× and {seq[0]:.2f}× SDPA's step time" in page
+    assert f"The same run's sequential medians said {seq[2]:.2f}× for the same kernels" in page
+
+    timing = runs[2]["interleaved"]
+    rec, pairs = timing["runs"], timing["pairs"]
+    quoted = {}
+    for kind in ("event_ms", "wall_ms"):
+        assert len(rec["sdpa"][kind]) == len(rec["8a"][kind]) == pairs
+        ratios = [y / x for x, y in zip(rec["sdpa"][kind], rec["8a"][kind])]       # 8a / SDPA, pair by pair
+        quoted[kind] = (f"{_q(ratios, 0.5):.2f}", f"{_q(ratios, 0.1):.2f}–{_q(ratios, 0.9):.2f}")
+        assert abs(_q(ratios, 0.5) - timing[kind]["pair_ratio"]["median"]) < 1e-12, kind
+    assert quoted["event_ms"] == quoted["wall_ms"], quoted        # the prose: "by events and by wall clock alike"
+    median, p10_p90 = quoted["event_ms"]
+    assert f"{pairs} pairs of steps" in page
+    assert f"Per pair, step 8a's step took {median}× SDPA's time" in page
+    assert f"p10–p90 of the ratio {p10_p90}" in page
+    met = _q([y / x for x, y in zip(rec["sdpa"]["event_ms"], rec["8a"]["event_ms"])], 0.5) <= 1.10
+    assert ("is met by this run, narrowly" in page) == met
+    assert f"interleaved pairs, its training step took {median}× SDPA's" in text
+    assert ("narrowly within the 1.10× target" in text) == met
 
 
 def test_the_measuring_page_quotes_its_own_table():
