@@ -70,26 +70,3 @@ def test_without_a_hopper_gpu_it_says_so():
     with pytest.raises((ValueError, RuntimeError), match="(?i)cuda|gpu|hopper"):
         d.backward(q, q, q, q, torch.zeros(1, 1, 64), q)
 
-
-def test_the_dq_buffer_tiles_come_back_in_place():
-    """The launcher's untiling copy puts every element of the accumulator-ordered tiles at its row and column (an
-    explicit loop over the fragment indices as the kernel writes them: float (j·128 + tid)·2 + e of a tile holds
-    accumulator register 2j + e of thread tid, row 16·warp + 8·(j % 2) + lane // 4, column 8·(j // 2) + 2·(lane % 4) + e)."""
-    import torch
-    from flashtutor.kernels import k08d_backward_ws as d
-    B, H, S, D = 1, 2, 70, 128
-    acc = d.dq_buffer(B, H, S, D, "cpu")
-    acc.copy_(torch.arange(acc.numel(), dtype=torch.float32).view(acc.shape))
-    want = torch.full((B * H, acc.shape[1] * 64, D), -1.0)
-    flat = acc.view(B * H, acc.shape[1], D // 64, 16, 128, 2)
-    for j in range(16):
-        for tid in range(128):
-            warp, lane = divmod(tid, 32)
-            row = 16 * warp + 8 * (j % 2) + lane // 4
-            for e in range(2):
-                col = 8 * (j // 2) + 2 * (lane % 4) + e
-                for blk in range(D // 64):
-                    want[:, row::64, blk * 64 + col] = flat[:, :, blk, j, tid, e]
-    got = d.dq_from_buffer(acc, B, H, S, D, torch.float32)
-    assert got.shape == (B, H, S, D) and got.is_contiguous()
-    assert torch.equal(got.view(B * H, S, D), want[:, :S])

@@ -16,12 +16,14 @@
 //     consumers have written theirs: dQ_i = dS·K over all 128 keys of the block, consumer c computing the 64 columns
 //     c·64 … c·64 + 63 (at D = 128; at D = 64 each consumer does all 64 columns over its own 64 keys), with A = dSᵀ
 //     read back transposed and K as an MN-major B;
-//     wait for dV and dK: release the ring slot; wait for dQ: the 64 × 64 fp32 tile goes to shared memory in the
-//     accumulator's own order (each warp writes 256 contiguous bytes: no bank conflicts) and one thread adds it into
-//     the fp32 dQ buffer with one bulk reduce copy (cp.reduce.async.bulk … .add.f32). That buffer is the kernel's own
-//     scratch, laid out in those 16 KB tiles; the launcher turns it into dQ (a permuting cast, one copy).
+//     wait for dV and dK: release the ring slot. dQ is waited for one tile later, once the next tile's Sᵀ is issued:
+//     the 64 × 64 fp32 tile goes to shared memory in the accumulator's own order (each warp writes 256 contiguous
+//     bytes: no bank conflicts) and one thread adds it into the fp32 dQ buffer with one bulk reduce copy
+//     (cp.reduce.async.bulk … .add.f32). That buffer is the kernel's own scratch, laid out in those 16 KB tiles; a
+//     small Triton kernel of the launcher turns it into dQ (reorder and cast).
 // Registers (D = 128): dK and dV stay in fp32 for the whole loop (64 + 64 per thread), Sᵀ and dPᵀ (32 + 32) die once
-// packed to fp16, the dQ tile takes 32: under the 240 the consumers take with setmaxnreg.
+// packed to fp16, the dQ tile takes 32: under the 240 the consumers take with setmaxnreg (with dQ, Sᵀ and dPᵀ all in
+// flight at once they would not fit: 144 spilled instructions).
 //
 // Rows past S. Query rows past S (the last tile) get lse = +inf, so their P, dS and dQ share are 0. Key rows past S
 // are masked out of P and dS (TMA reads the next head's rows there), and their dK, dV rows are not stored. Causal: a
@@ -216,6 +218,25 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
+    // A dQ tile to shared memory in the accumulator's order (once the previous bulk add has read it), then one bulk
+    // add into its 16 KB tile of the dQ buffer. Called one tile late: the tile's wgmma runs on while the next tile's
+    // Sᵀ is issued, and its stores overlap Sᵀ (not dPᵀ too: with both in flight, 240 registers are too few).
+    float dq[32];
+    int i0_prev = 0;
+    auto store_dq = [&](int qi0) {
+        if (tid == 0) bulk_wait_read();
+        named_bar_sync(BAR_WG + c, 128);
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+            st_shared_v2(sdQ + (j * 128 + tid) * 8, dq[2 * j] * scale, dq[2 * j + 1] * scale);
+        fence_proxy_async();
+        named_bar_sync(BAR_WG + c, 128);
+        if (tid == 0) {
+            const size_t tile = (size_t)(row0 / S * q_tiles + qi0 / Br) * (D / 64) + dq_block;
+            bulk_reduce_add_f32(DQ + tile * DQ_TILE, sdQ, L::DQ_BYTES);
+        }
+    };
+
     mbar_wait(sm.kv_full, 0);
     for (int t = 0; t < n_tiles; ++t) {
         const int s = t % STAGES, i0 = m_lo + t * Br;
@@ -223,7 +244,8 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         const u32 sdS = sm.ds + (t % 2) * L::DS_BYTES;
         mbar_wait(sm.qdo_full + 8 * s, (t / STAGES) & 1);
 
-        // Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ: D/16 steps along D each, 64×Br×16, two groups.
+        // Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ: D/16 steps along D each, 64×Br×16, two groups; between them, the
+        // previous tile's dQ.
         float st[Br / 2], dpt[Br / 2];
         wgmma_fence();
 #pragma unroll
@@ -233,6 +255,12 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
                          make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM), kk > 0);
         }
         wgmma_commit();
+        if (t > 0) {                                                    // the previous tile's dQ, while Sᵀ runs
+            wgmma_wait<1>();
+            fence_regs(dq);
+            store_dq(i0_prev);
+        }
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 in_box = (kk % 4) * 32;
@@ -300,7 +328,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         else named_bar_sync(BAR_WG + c, 128);
 
         // dQ_i's 64 columns = dS·K: DQ_KEYS/16 steps along the keys, 64×64×16, A and B MN-major.
-        float dq[32];
+        fence_regs(dq);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < DQ_KEYS / 16; ++kk)
@@ -311,23 +339,12 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         fence_regs(dv);
         fence_regs(dk);
         if (tid == 0) mbar_arrive(sm.qdo_empty + 8 * s);                // release the slot
-        wgmma_wait<0>();
-        fence_regs(dq);
 
-        // The tile to shared memory in the accumulator's order (after the previous bulk add has read it), then
-        // one bulk add into its 16 KB tile of the dQ buffer.
-        if (tid == 0) bulk_wait_read();
-        named_bar_sync(BAR_WG + c, 128);
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-            st_shared_v2(sdQ + (j * 128 + tid) * 8, dq[2 * j] * scale, dq[2 * j + 1] * scale);
-        fence_proxy_async();
-        named_bar_sync(BAR_WG + c, 128);
-        if (tid == 0) {
-            const size_t tile = (size_t)(row0 / S * q_tiles + i0 / Br) * (D / 64) + dq_block;
-            bulk_reduce_add_f32(DQ + tile * DQ_TILE, sdQ, L::DQ_BYTES);
-        }
+        i0_prev = i0;
     }
+    wgmma_wait<0>();
+    fence_regs(dq);
+    if (n_tiles > 0) store_dq(i0_prev);
     if (tid == 0) bulk_wait_all();
 
     // dK = scale·Σ dSᵀ Q, dV = Σ Pᵀ dO, fp16, rows (keys) < S.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import triton
+import triton.language as tl
 
 from ..api import check_inputs
 from ..loaders import load_cuda, tma
@@ -53,13 +54,28 @@ def dq_buffer(B: int, H: int, S: int, D: int, device) -> torch.Tensor:
     return torch.zeros(B * H, triton.cdiv(S, 64), D // 64, 8, 2, 4, 8, 4, 2, dtype=torch.float32, device=device)
 
 
+@triton.jit
+def dq_convert_kernel(ACC, DQ, S, D: tl.constexpr, T: tl.constexpr):
+    """One 64 × 64 tile of dQ: read from the buffer's accumulator order, cast, written in rows (program: tile,
+    64-column block, head)."""
+    t, blk, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rows = tl.arange(0, 64)[:, None]
+    cols = tl.arange(0, 64)[None, :]
+    # row 16·warp + 8·h + lane // 4, column 8·n8 + 2·(lane % 4) + e  ←  [n8][h][warp][lane // 4][lane % 4][e]
+    idx = ((cols // 8) * 512 + ((rows // 8) % 2) * 256 + (rows // 16) * 64 + (rows % 8) * 8
+           + ((cols % 8) // 2) * 2 + cols % 2)
+    tile = ((bh * T + t) * (D // 64) + blk) * 4096
+    x = tl.load(ACC + tile + idx)
+    q = t * 64 + rows
+    tl.store(DQ + (bh * S + q) * D + blk * 64 + cols, x.to(DQ.dtype.element_ty), mask=q < S)
+
+
 def dq_from_buffer(acc: torch.Tensor, B: int, H: int, S: int, D: int, dtype) -> torch.Tensor:
-    """dQ [B, H, S, D] from :func:`dq_buffer`'s tiles: one permuting copy that also casts."""
+    """dQ [B, H, S, D] from :func:`dq_buffer`'s tiles: one kernel that reorders and casts."""
     T = acc.shape[1]
-    out = torch.empty(B, H, T * 64, D, dtype=dtype, device=acc.device)
-    # out's rows split as (tile, warp, h, lane // 4), its columns as (64-block, n8, lane % 4, e)
-    out.view(B * H, T, 4, 2, 8, D // 64, 8, 4, 2).copy_(acc.permute(0, 1, 5, 4, 6, 2, 3, 7, 8))
-    return out if T * 64 == S else out[:, :, :S].contiguous()
+    out = torch.empty(B, H, S, D, dtype=dtype, device=acc.device)
+    dq_convert_kernel[(T, D // 64, B * H)](acc, out, S, D=D, T=T, num_warps=4)
+    return out
 
 
 def _module():
