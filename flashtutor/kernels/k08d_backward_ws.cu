@@ -46,17 +46,26 @@ constexpr int CONSUMER_REGS = 240;
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;
 constexpr int DQ_TILE = 64 * 64;              // fp32 elements of one dQ tile: 64 query rows × 64 columns
+#ifndef FT_SPLIT_DQ
+#define FT_SPLIT_DQ 1
+#endif
+#ifndef FT_EPI_BARS
+#define FT_EPI_BARS 2
+#endif
+constexpr bool SPLIT_DQ = FT_SPLIT_DQ;        // D = 128: consumer c computes dQ's columns 64c .. 64c + 63 over 128 keys
+constexpr int EPI_BARS = FT_EPI_BARS;         // barriers per dQ store: 2 (wait, store, add) or 1 (store, add, wait)
 constexpr int BAR_DS = 1, BAR_WG = 2;         // named barriers: both consumers (dS written); one consumer (+ c)
 
 template <int D>
 struct Layout {
     static constexpr int BOXES = D / BOX;
-    static constexpr bool SPLIT = D == 128;                // dQ: consumer c computes columns 64c .. 64c + 63
+    static constexpr bool SPLIT = D == 128 && SPLIT_DQ;    // dQ: consumer c computes columns 64c .. 64c + 63
+    static constexpr int DQ_N = SPLIT ? 64 : D;            // dQ columns per consumer (the N of its wgmma)
     static constexpr int KV_BYTES = Bc * D * 2;            // K or V of the block [BOXES][Bc][64] fp16, swizzled
     static constexpr int T_BYTES = Br * D * 2;             // a Q or dO tile      [BOXES][Br][64] fp16, swizzled
     static constexpr int LD_BYTES = 2 * Br * 4;            // a tile's lse·log2 e and delta [2][Br] fp32
     static constexpr int DS_BYTES = Bc * Br * 2;           // dSᵀ of the block    [Bc keys][Br] fp16, swizzled
-    static constexpr int DQ_BYTES = DQ_TILE * 4;           // one consumer's dQ tile, fp32, accumulator order
+    static constexpr int DQ_BYTES = DQ_N / 64 * DQ_TILE * 4;   // one consumer's dQ tiles, fp32, accumulator order
     static constexpr int K_OFF = 0;
     static constexpr int V_OFF = K_OFF + KV_BYTES;
     static constexpr int Q_OFF = V_OFF + KV_BYTES;          // Q ring  [STAGES] tiles
@@ -72,7 +81,7 @@ struct Layout {
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 // d[64, N] (+)= A[64, 16] · B[16, N], both in shared memory and both MN-major: hopper.cuh's wgmma_ss with the
-// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored (N = 64: a consumer's 64 columns of dQ).
+// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored (N = 64: a consumer's 64 columns of dQ; N = 128: all of them, FT_SPLIT_DQ=0).
 template <int N> __device__ void wgmma_ss_tt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d);
 #define FT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -84,6 +93,18 @@ __device__ __forceinline__ void wgmma_ss_tt<64>(float (&d)[32], u64 desc_a, u64 
                  "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
                  " %32, %33, p, 1, 1, 1, 1;\n}"
                  : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss_tt<128>(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+                 " %64, %65, p, 1, 1, 1, 1;\n}"
+                 : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24), FT_D8(32), FT_D8(40), FT_D8(48), FT_D8(56)
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 #undef FT_D8
@@ -218,22 +239,27 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
-    // A dQ tile to shared memory in the accumulator's order (once the previous bulk add has read it), then one bulk
-    // add into its 16 KB tile of the dQ buffer. Called one tile late: the tile's wgmma runs on while the next tile's
-    // Sᵀ is issued, and its stores overlap Sᵀ (not dPᵀ too: with both in flight, 240 registers are too few).
-    float dq[32];
-    int i0_prev = 0;
+    // The dQ tile to shared memory in the accumulator's order (once the previous bulk add has read it), then one
+    // bulk add into its 16 KB tile(s) of the dQ buffer. (Storing it one tile later instead, overlapping the next
+    // tile's Sᵀ, was measured slower on the H100: 1.36× cuDNN's backward time against 1.16×.)
+    float dq[L::DQ_N / 2];
     auto store_dq = [&](int qi0) {
-        if (tid == 0) bulk_wait_read();
-        named_bar_sync(BAR_WG + c, 128);
+        if (EPI_BARS == 2) {
+            if (tid == 0) bulk_wait_read();
+            named_bar_sync(BAR_WG + c, 128);
+        }
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
-            st_shared_v2(sdQ + (j * 128 + tid) * 8, dq[2 * j] * scale, dq[2 * j + 1] * scale);
+        for (int j = 0; j < L::DQ_N / 4; ++j)        // 64-column tile j / 16, its register pair j % 16
+            st_shared_v2(sdQ + (j / 16) * DQ_TILE * 4 + ((j % 16) * 128 + tid) * 8, dq[2 * j] * scale,
+                         dq[2 * j + 1] * scale);
         fence_proxy_async();
         named_bar_sync(BAR_WG + c, 128);
         if (tid == 0) {
             const size_t tile = (size_t)(row0 / S * q_tiles + qi0 / Br) * (D / 64) + dq_block;
             bulk_reduce_add_f32(DQ + tile * DQ_TILE, sdQ, L::DQ_BYTES);
+            // 1 barrier: wait here for the copy to have read the tile; the others store the next tile only after
+            // the next dS barrier, which this thread reaches after the wait.
+            if (EPI_BARS == 1) bulk_wait_read();
         }
     };
 
@@ -244,8 +270,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         const u32 sdS = sm.ds + (t % 2) * L::DS_BYTES;
         mbar_wait(sm.qdo_full + 8 * s, (t / STAGES) & 1);
 
-        // Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ: D/16 steps along D each, 64×Br×16, two groups; between them, the
-        // previous tile's dQ.
+        // Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ: D/16 steps along D each, 64×Br×16, two groups.
         float st[Br / 2], dpt[Br / 2];
         wgmma_fence();
 #pragma unroll
@@ -255,11 +280,6 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
                          make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM), kk > 0);
         }
         wgmma_commit();
-        if (t > 0) {                                                    // the previous tile's dQ, while Sᵀ runs
-            wgmma_wait<1>();
-            fence_regs(dq);
-            store_dq(i0_prev);
-        }
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -332,19 +352,17 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < DQ_KEYS / 16; ++kk)
-            wgmma_ss_tt<64>(dq, make_desc(sdS + dq_a + kk * 16 * 128, 64 * 128, SWIZZLE_ATOM),
+            wgmma_ss_tt<L::DQ_N>(dq, make_desc(sdS + dq_a + kk * 16 * 128, 64 * 128, SWIZZLE_ATOM),
                             make_desc(dq_b + kk * 16 * 128, Bc * 128, SWIZZLE_ATOM), kk > 0);
         wgmma_commit();
         wgmma_wait<1>();                                                // dV, dK done: Q_i, dO_i, lse, delta read
         fence_regs(dv);
         fence_regs(dk);
         if (tid == 0) mbar_arrive(sm.qdo_empty + 8 * s);                // release the slot
-
-        i0_prev = i0;
+        wgmma_wait<0>();
+        fence_regs(dq);
+        store_dq(i0);
     }
-    wgmma_wait<0>();
-    fence_regs(dq);
-    if (n_tiles > 0) store_dq(i0_prev);
     if (tid == 0) bulk_wait_all();
 
     // dK = scale·Σ dSᵀ Q, dV = Σ Pᵀ dO, fp16, rows (keys) < S.

@@ -35,13 +35,15 @@ forward = base.forward
 _mod = None
 
 
-def shared_bytes(D: int) -> int:
-    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack."""
+def shared_bytes(D: int, split_dq: bool = True) -> int:
+    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack (``split_dq``:
+    the FT_SPLIT_DQ macro it was built with)."""
     kv = 2 * Bc * D * 2                         # K and V of the block
     tiles = 2 * STAGES * Br * D * 2             # the Q and dO rings
     rows = STAGES * 2 * Br * 4                  # each slot's lse and delta
     ds = 2 * Bc * Br * 2                        # dSᵀ of the block, two buffers
-    dq = CONSUMERS * DQ_TILE * 4                # each consumer's fp32 dQ tile
+    dq_n = 64 if (D == 128 and split_dq) else D  # dQ columns per consumer
+    dq = CONSUMERS * dq_n // 64 * DQ_TILE * 4   # each consumer's fp32 dQ tile(s)
     bars = 8 * (1 + 2 * STAGES)
     return kv + tiles + ds + dq + rows + bars + ALIGN
 
@@ -85,8 +87,15 @@ def _module():
     return _mod
 
 
-def backward(q, k, v, o, lse, do, *, causal: bool = False):
-    """(dQ, dK, dV) fp16 from the forward's O and lse and the output's gradient dO."""
+def variant(**defines):
+    """The kernel built with other values of its FT_* macros (an A/B in one process: ``backward(..., module=m)``)."""
+    m = load_cuda(SOURCE, arch="sm_90a", defines=defines)
+    m.ft_defines = dict(defines)
+    return m
+
+
+def backward(q, k, v, o, lse, do, *, causal: bool = False, module=None):
+    """(dQ, dK, dV) fp16 from the forward's O and lse and the output's gradient dO (``module``: a :func:`variant`)."""
     check_inputs(q, k, v)
     require_hopper()
     do = do.contiguous()
@@ -99,8 +108,8 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False):
     rows = B * H * S
     tq, tdo = (tma.tensor_map(t.view(rows, D), box_rows=Br, box_cols=BOX) for t in (q, do))
     tk, tv = (tma.tensor_map(t.view(rows, D), box_rows=Bc, box_cols=BOX) for t in (k, v))
-    tma.launch(_module().kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
-               shared_mem=shared_bytes(D),
+    tma.launch((module or _module()).kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
+               shared_mem=shared_bytes(D, bool(getattr(module, "ft_defines", {}).get("FT_SPLIT_DQ", 1))),
                args=(tq, tk, tv, tdo, lse, delta, dq_acc, dk, dv, S, D ** -0.5, int(causal)))
     return dq_from_buffer(dq_acc, B, H, S, D, q.dtype), dk, dv
 
