@@ -321,14 +321,12 @@ STEPS: dict[str, tuple[Step, ...]] = {
            Step("7c", "7c", _K + "k07c_pingpong", "flashtutor/kernels/k07c_pingpong.cu")),
     "08": (Step("8a", "teaching", _K + "k08a_backward", "solutions/08_backward/attention.py", solution=True),
            Step("8b", "tuned", _K + "k08b_backward_tuned"),
-           Step("8c", "TMA fold", _K + "k08c_backward_tma")),
+           Step("8c", "TMA fold", _K + "k08c_backward_tma"),
+           Step("8d", "warp-specialized", _K + "k08d_backward_ws", "flashtutor/kernels/k08d_backward_ws.cu")),
 }
 # Files of flashtutor/kernels/ that a chapter uses and that are not a step of their own.
 KERNEL_FILES: dict[str, tuple[str, ...]] = {
     "07": ("flashtutor/kernels/k07_probes.py", "flashtutor/kernels/k07_probes.cu"),
-    # work in progress: compiled and SASS-checked on the CPU (tests/test_k08d.py), not yet run on a GPU; it becomes
-    # step 8d of the ladder once it has been checked and timed there
-    "08": ("flashtutor/kernels/k08d_backward_ws.py", "flashtutor/kernels/k08d_backward_ws.cu"),
 }
 BENCHES: dict[str, Bench] = {
     "02": Bench("flashtutor.bench.ch02", "bench02", check_sets=("seed", "small", "odd"), time_sets=("seed", "small")),

@@ -5,7 +5,8 @@
     PYTHONPATH=$PWD python scripts/ch08_gpu.py out.json --steps 8a --shapes 4,32,4096,128   # one step, one shape
 
 1. correctness of each step (8a = the solution, 8b = the tuned step with its second dQ pass, 8b-atomic = the tuned
-   step with dQ by atomics, 8c = one fused kernel with TMA tiles and dQ by TMA reduce-adds; the checks run fixed configurations,
+   step with dQ by atomics, 8c = one fused kernel with TMA tiles and dQ by TMA reduce-adds, 8d = the warp-specialized CUDA
+   kernel (Hopper only); the checks run fixed configurations,
    not the autotuners: ``fixed_config``) against float64 (flashtutor.backward.reference_grads) under the chapter's rule, once with
    SDPA's cuDNN backend and once with its FLASH backend as the yardstick, on odd S, B and H > 1, both head dims,
    causal and not, and large logits (q, k × 6); beside it, the FA2-precision emulation (the CPU tier's stand-in for
@@ -57,7 +58,7 @@ def steps(names):
     if "8c" in names:
         from flashtutor.kernels import k08c_backward_tma as c
         out["8c"] = (c.forward, c.backward, c.attention)
-    if "8d" in names:                         # work in progress (CUDA, warp-specialized): not in the default list
+    if "8d" in names:                         # CUDA, warp-specialized: Hopper only
         from flashtutor.kernels import k08d_backward_ws as d
         out["8d"] = (d.forward, d.backward, d.attention)
     return out
@@ -241,7 +242,7 @@ def table(record):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="the JSON file to write")
-    ap.add_argument("--steps", nargs="+", default=["8a", "8b", "8b-atomic", "8c"],
+    ap.add_argument("--steps", nargs="+", default=["8a", "8b", "8b-atomic", "8c", "8d"],
                     choices=["8a", "8b", "8b-atomic", "8c", "8d"])
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--no-time", action="store_true")

@@ -361,7 +361,7 @@ def main() -> int:
         for r in recs:
             kn = r["kernel"].lower()
             r["target"] = ("7a" if "wgmma_tma" in kn else "7b" if "ws_attention" in kn else "7c" if "pingpong" in kn
-                           else "8c" if "bwd_fused" in kn else "8a" if "bwd_dkdv" in kn or "bwd_dq" in kn
+                           else "8c" if "bwd_fused" in kn else "8d" if "ws_backward" in kn else "8a" if "bwd_dkdv" in kn or "bwd_dq" in kn
                            else "SDPA" if any(w in kn for w in ("cudnn", "sdpa", "fmha", "flash", "attn")) else None)
     rules = read_rules(ncu, rep)
     text = text_report(env, a, recs, rules)

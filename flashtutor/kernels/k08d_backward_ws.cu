@@ -16,14 +16,12 @@
 //     consumers have written theirs: dQ_i = dS·K over all 128 keys of the block, consumer c computing the 64 columns
 //     c·64 … c·64 + 63 (at D = 128; at D = 64 each consumer does all 64 columns over its own 64 keys), with A = dSᵀ
 //     read back transposed and K as an MN-major B;
-//     wait for dV and dK: release the ring slot. dQ is waited for one tile later, once the next tile's Sᵀ is issued:
-//     the 64 × 64 fp32 tile goes to shared memory in the accumulator's own order (each warp writes 256 contiguous
-//     bytes: no bank conflicts) and one thread adds it into the fp32 dQ buffer with one bulk reduce copy
-//     (cp.reduce.async.bulk … .add.f32). That buffer is the kernel's own scratch, laid out in those 16 KB tiles; a
+//     wait for dV and dK: release the ring slot; wait for dQ: the 64 × 64 fp32 tile goes to shared memory in the
+//     accumulator's own order (each warp writes 256 contiguous bytes: no bank conflicts) and one thread adds it into
+//     the fp32 dQ buffer with one bulk reduce copy (cp.reduce.async.bulk … .add.f32). That buffer is the kernel's own scratch, laid out in those 16 KB tiles; a
 //     small Triton kernel of the launcher turns it into dQ (reorder and cast).
 // Registers (D = 128): dK and dV stay in fp32 for the whole loop (64 + 64 per thread), Sᵀ and dPᵀ (32 + 32) die once
-// packed to fp16, the dQ tile takes 32: under the 240 the consumers take with setmaxnreg (with dQ, Sᵀ and dPᵀ all in
-// flight at once they would not fit: 144 spilled instructions).
+// packed to fp16, the dQ tile takes 32: under the 240 the consumers take with setmaxnreg.
 //
 // Rows past S. Query rows past S (the last tile) get lse = +inf, so their P, dS and dQ share are 0. Key rows past S
 // are masked out of P and dS (TMA reads the next head's rows there), and their dK, dV rows are not stored. Causal: a
@@ -32,8 +30,14 @@
 //
 // What changed since step 8c: CUDA instead of Triton, for the roles and the register split Triton cannot express on
 // Hopper; dQ through a bulk reduce of a shared-memory tile (8c: a TMA tensor reduce).
-// Limitation: at D = 64 both consumers add a partial dQ tile per query tile (twice the reduce traffic of D = 128's
-// split); the two consumers meet at a barrier every tile (for dS), so one's stall is the other's.
+// Measured on an H100 (results/ch08-8d-h100-2026-11-27*, one process, alternating with SDPA's cuDNN backward): the
+// backward takes 1.12–1.17× cuDNN's time at D = 128, the kernel alone 1.02–1.10×; the first version, with every
+// product waited for at once and lse, delta read from global memory per element, took 1.73–2.04×. Tried and slower:
+// storing dQ one tile late, overlapping the next Sᵀ (1.36×); each consumer computing all of dQ over its own 64 keys
+// (1.38×); one barrier per dQ store, its thread waiting for the bulk copy's read (1.43×); a second dQ buffer (no change).
+// Limitation: the backward also runs delta, zeroes the dQ buffer and converts it (0.06× cuDNN's time together); at
+// D = 64 both consumers add a partial dQ tile per query tile; the two consumers meet at a barrier every tile (for dS),
+// so one's stall is the other's; small problems are paced by the host (0.2–0.6 ms per backward() call on the H100's).
 #include "hopper.cuh"   // mbarriers, TMA, wgmma, setmaxnreg in inline PTX: flashtutor/cuda/hopper.cuh
 
 constexpr int CONSUMERS = 2;                  // consumer warpgroups per block
@@ -46,26 +50,17 @@ constexpr int CONSUMER_REGS = 240;
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;
 constexpr int DQ_TILE = 64 * 64;              // fp32 elements of one dQ tile: 64 query rows × 64 columns
-#ifndef FT_SPLIT_DQ
-#define FT_SPLIT_DQ 1
-#endif
-#ifndef FT_EPI_BARS
-#define FT_EPI_BARS 2
-#endif
-constexpr bool SPLIT_DQ = FT_SPLIT_DQ;        // D = 128: consumer c computes dQ's columns 64c .. 64c + 63 over 128 keys
-constexpr int EPI_BARS = FT_EPI_BARS;         // barriers per dQ store: 2 (wait, store, add) or 1 (store, add, wait)
 constexpr int BAR_DS = 1, BAR_WG = 2;         // named barriers: both consumers (dS written); one consumer (+ c)
 
 template <int D>
 struct Layout {
     static constexpr int BOXES = D / BOX;
-    static constexpr bool SPLIT = D == 128 && SPLIT_DQ;    // dQ: consumer c computes columns 64c .. 64c + 63
-    static constexpr int DQ_N = SPLIT ? 64 : D;            // dQ columns per consumer (the N of its wgmma)
+    static constexpr bool SPLIT = D == 128;                // dQ: consumer c computes columns 64c .. 64c + 63
     static constexpr int KV_BYTES = Bc * D * 2;            // K or V of the block [BOXES][Bc][64] fp16, swizzled
     static constexpr int T_BYTES = Br * D * 2;             // a Q or dO tile      [BOXES][Br][64] fp16, swizzled
     static constexpr int LD_BYTES = 2 * Br * 4;            // a tile's lse·log2 e and delta [2][Br] fp32
     static constexpr int DS_BYTES = Bc * Br * 2;           // dSᵀ of the block    [Bc keys][Br] fp16, swizzled
-    static constexpr int DQ_BYTES = DQ_N / 64 * DQ_TILE * 4;   // one consumer's dQ tiles, fp32, accumulator order
+    static constexpr int DQ_BYTES = DQ_TILE * 4;           // one consumer's dQ tile, fp32, accumulator order
     static constexpr int K_OFF = 0;
     static constexpr int V_OFF = K_OFF + KV_BYTES;
     static constexpr int Q_OFF = V_OFF + KV_BYTES;          // Q ring  [STAGES] tiles
@@ -81,7 +76,7 @@ struct Layout {
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 // d[64, N] (+)= A[64, 16] · B[16, N], both in shared memory and both MN-major: hopper.cuh's wgmma_ss with the
-// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored (N = 64: a consumer's 64 columns of dQ; N = 128: all of them, FT_SPLIT_DQ=0).
+// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored (N = 64: a consumer's 64 columns of dQ).
 template <int N> __device__ void wgmma_ss_tt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d);
 #define FT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -93,18 +88,6 @@ __device__ __forceinline__ void wgmma_ss_tt<64>(float (&d)[32], u64 desc_a, u64 
                  "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
                  " %32, %33, p, 1, 1, 1, 1;\n}"
                  : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_tt<128>(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
-                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-                 "  %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-                 "  %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-                 "  %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
-                 " %64, %65, p, 1, 1, 1, 1;\n}"
-                 : FT_D8(0), FT_D8(8), FT_D8(16), FT_D8(24), FT_D8(32), FT_D8(40), FT_D8(48), FT_D8(56)
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 #undef FT_D8
@@ -240,26 +223,19 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
     // The dQ tile to shared memory in the accumulator's order (once the previous bulk add has read it), then one
-    // bulk add into its 16 KB tile(s) of the dQ buffer. (Storing it one tile later instead, overlapping the next
-    // tile's Sᵀ, was measured slower on the H100: 1.36× cuDNN's backward time against 1.16×.)
-    float dq[L::DQ_N / 2];
+    // bulk add into its 16 KB tile of the dQ buffer.
+    float dq[32];
     auto store_dq = [&](int qi0) {
-        if (EPI_BARS == 2) {
-            if (tid == 0) bulk_wait_read();
-            named_bar_sync(BAR_WG + c, 128);
-        }
+        if (tid == 0) bulk_wait_read();
+        named_bar_sync(BAR_WG + c, 128);
 #pragma unroll
-        for (int j = 0; j < L::DQ_N / 4; ++j)        // 64-column tile j / 16, its register pair j % 16
-            st_shared_v2(sdQ + (j / 16) * DQ_TILE * 4 + ((j % 16) * 128 + tid) * 8, dq[2 * j] * scale,
-                         dq[2 * j + 1] * scale);
+        for (int j = 0; j < 16; ++j)
+            st_shared_v2(sdQ + (j * 128 + tid) * 8, dq[2 * j] * scale, dq[2 * j + 1] * scale);
         fence_proxy_async();
         named_bar_sync(BAR_WG + c, 128);
         if (tid == 0) {
             const size_t tile = (size_t)(row0 / S * q_tiles + qi0 / Br) * (D / 64) + dq_block;
             bulk_reduce_add_f32(DQ + tile * DQ_TILE, sdQ, L::DQ_BYTES);
-            // 1 barrier: wait here for the copy to have read the tile; the others store the next tile only after
-            // the next dS barrier, which this thread reaches after the wait.
-            if (EPI_BARS == 1) bulk_wait_read();
         }
     };
 
@@ -352,7 +328,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < DQ_KEYS / 16; ++kk)
-            wgmma_ss_tt<L::DQ_N>(dq, make_desc(sdS + dq_a + kk * 16 * 128, 64 * 128, SWIZZLE_ATOM),
+            wgmma_ss_tt<64>(dq, make_desc(sdS + dq_a + kk * 16 * 128, 64 * 128, SWIZZLE_ATOM),
                             make_desc(dq_b + kk * 16 * 128, Bc * 128, SWIZZLE_ATOM), kk > 0);
         wgmma_commit();
         wgmma_wait<1>();                                                // dV, dK done: Q_i, dO_i, lse, delta read

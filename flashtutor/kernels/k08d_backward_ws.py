@@ -1,12 +1,12 @@
-"""Chapter 8, step d: the backward pass warp-specialized in CUDA — work in progress, not yet run on a GPU.
+"""Chapter 8, step d: the backward pass warp-specialized in CUDA, on chapter 7's TMA and wgmma tools.
 
-The kernel is ``k08d_backward_ws.cu`` (its header gives the idea, the roles and the register split). This launcher
-keeps step 8a's forward (O and lse) and Triton preprocessing (delta = rowsum(dO ∘ O)), views q, k, v and dO as
-``[B·H·S, D]`` matrices with one tensor map each (``flashtutor.loaders.tma``), launches one block per 128 keys and
-head, and casts the fp32 dQ buffer the blocks add into. Hopper only (sm_90a), like chapter 7's kernels.
-
-It is listed as a chapter-8 kernel file, not yet a step of the ladder: it becomes step 8d once it has been checked
-and timed on a GPU.
+The kernel is ``k08d_backward_ws.cu`` (its header gives the idea, the roles, the register split and what was
+measured). This launcher keeps step 8a's forward (O and lse) and Triton preprocessing (delta = rowsum(dO ∘ O)), views
+q, k, v and dO as ``[B·H·S, D]`` matrices with one tensor map each (``flashtutor.loaders.tma``), launches one block
+per 128 keys and head, and turns the fp32 dQ buffer the blocks add into into dQ (a small Triton kernel). Hopper only
+(sm_90a), like chapter 7's kernels.
+What changed since step 8c: warp specialization with register reallocation, which Triton does not give this kernel.
+Limitation: on the H100, 1.12–1.17× cuDNN's backward time at D = 128 (the course's target: 1.11×); see the header.
 """
 from __future__ import annotations
 
@@ -35,15 +35,13 @@ forward = base.forward
 _mod = None
 
 
-def shared_bytes(D: int, split_dq: bool = True) -> int:
-    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack (``split_dq``:
-    the FT_SPLIT_DQ macro it was built with)."""
+def shared_bytes(D: int) -> int:
+    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack."""
     kv = 2 * Bc * D * 2                         # K and V of the block
     tiles = 2 * STAGES * Br * D * 2             # the Q and dO rings
     rows = STAGES * 2 * Br * 4                  # each slot's lse and delta
     ds = 2 * Bc * Br * 2                        # dSᵀ of the block, two buffers
-    dq_n = 64 if (D == 128 and split_dq) else D  # dQ columns per consumer
-    dq = CONSUMERS * dq_n // 64 * DQ_TILE * 4   # each consumer's fp32 dQ tile(s)
+    dq = CONSUMERS * DQ_TILE * 4                # each consumer's fp32 dQ tile
     bars = 8 * (1 + 2 * STAGES)
     return kv + tiles + ds + dq + rows + bars + ALIGN
 
@@ -88,10 +86,9 @@ def _module():
 
 
 def variant(**defines):
-    """The kernel built with other values of its FT_* macros (an A/B in one process: ``backward(..., module=m)``)."""
-    m = load_cuda(SOURCE, arch="sm_90a", defines=defines)
-    m.ft_defines = dict(defines)
-    return m
+    """The kernel built with macros defined (``FT_NAME=value``), for an A/B in one process: ``backward(..., module=m)``
+    (scripts/ch08d_parts.py). A variant that changes the shared memory it needs must also change :func:`shared_bytes`."""
+    return load_cuda(SOURCE, arch="sm_90a", defines=defines)
 
 
 def backward(q, k, v, o, lse, do, *, causal: bool = False, module=None):
@@ -109,7 +106,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, module=None):
     tq, tdo = (tma.tensor_map(t.view(rows, D), box_rows=Br, box_cols=BOX) for t in (q, do))
     tk, tv = (tma.tensor_map(t.view(rows, D), box_rows=Bc, box_cols=BOX) for t in (k, v))
     tma.launch((module or _module()).kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
-               shared_mem=shared_bytes(D, bool(getattr(module, "ft_defines", {}).get("FT_SPLIT_DQ", 1))),
+               shared_mem=shared_bytes(D),
                args=(tq, tk, tv, tdo, lse, delta, dq_acc, dk, dv, S, D ** -0.5, int(causal)))
     return dq_from_buffer(dq_acc, B, H, S, D, q.dtype), dk, dv
 
