@@ -50,6 +50,7 @@ constexpr int CONSUMER_REGS = 240;
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;
 constexpr int DQ_TILE = 64 * 64;              // fp32 elements of one dQ tile: 64 query rows × 64 columns
+constexpr int DQ_BUFS = 2;                    // dQ tiles in shared memory per consumer, alternating per query tile
 constexpr int BAR_DS = 1, BAR_WG = 2;         // named barriers: both consumers (dS written); one consumer (+ c)
 
 template <int D>
@@ -67,7 +68,7 @@ struct Layout {
     static constexpr int DO_OFF = Q_OFF + STAGES * T_BYTES; // dO ring [STAGES] tiles
     static constexpr int DS_OFF = DO_OFF + STAGES * T_BYTES; // [2] buffers, alternating per tile
     static constexpr int DQ_OFF = DS_OFF + 2 * DS_BYTES;
-    static constexpr int LD_OFF = DQ_OFF + CONSUMERS * DQ_BYTES;    // [STAGES] slots
+    static constexpr int LD_OFF = DQ_OFF + CONSUMERS * DQ_BUFS * DQ_BYTES;   // [STAGES] slots
     static constexpr int BAR_OFF = LD_OFF + STAGES * LD_BYTES;      // kv_full, qdo_full[STAGES], qdo_empty[STAGES]
     static constexpr int BYTES = BAR_OFF + 8 * (1 + 2 * STAGES);
     static_assert(D % BOX == 0 && D <= 128, "D must be 64 or 128");
@@ -100,7 +101,8 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 byt
                  :: "l"(reinterpret_cast<u64>(dst)), "r"(src), "r"(bytes) : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+template <int N = 0>   // until at most N of this thread's bulk groups still read shared memory
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void st_shared_b32(u32 addr, u32 x) {
     asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");
@@ -211,7 +213,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
     const int c_lane = 2 * (lane % 4);                                  // its first column in each 8-column chunk
     const float scale_log2 = scale * 1.4426950408889634f;
     const u32 sK = sm.k + c * 64 * 128, sV = sm.v + c * 64 * 128;     // this warpgroup's 64 rows of each box
-    const u32 sdQ = sm.dq + c * L::DQ_BYTES;
+    const u32 sdQ0 = sm.dq + c * DQ_BUFS * L::DQ_BYTES;
     // dQ's operands: at D = 128 all 128 keys (both consumers' dSᵀ) against K's box c; at D = 64 this consumer's
     // 64 keys against its own rows of K.
     constexpr int DQ_KEYS = L::SPLIT ? Bc : 64;
@@ -225,9 +227,8 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
     // The dQ tile to shared memory in the accumulator's order (once the previous bulk add has read it), then one
     // bulk add into its 16 KB tile of the dQ buffer.
     float dq[32];
-    auto store_dq = [&](int qi0) {
-        if (tid == 0) bulk_wait_read();
-        named_bar_sync(BAR_WG + c, 128);
+    auto store_dq = [&](int qi0, int t) {
+        const u32 sdQ = sdQ0 + (t % DQ_BUFS) * L::DQ_BYTES;   // free: see the dS barrier
 #pragma unroll
         for (int j = 0; j < 16; ++j)
             st_shared_v2(sdQ + (j * 128 + tid) * 8, dq[2 * j] * scale, dq[2 * j + 1] * scale);
@@ -320,6 +321,9 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
                 st_shared_b32(sdS + row * 128 + ((n8 ^ (row % 8)) * 16) + c_lane * 2, df[n8 / 2][(n8 % 2) * 2 + h]);
             }
         fence_proxy_async();                                            // dSᵀ written: visible to wgmma
+        // The bulk add that read this tile's dQ buffer (two tiles ago) is done reading it: every thread that
+        // passes the barrier below may write the buffer.
+        if (tid == 0) bulk_wait_read<DQ_BUFS - 1>();
         if (L::SPLIT) named_bar_sync(BAR_DS, 2 * 128);                  // both halves of dSᵀ are in place
         else named_bar_sync(BAR_WG + c, 128);
 
@@ -337,7 +341,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         if (tid == 0) mbar_arrive(sm.qdo_empty + 8 * s);                // release the slot
         wgmma_wait<0>();
         fence_regs(dq);
-        store_dq(i0);
+        store_dq(i0, t);
     }
     if (tid == 0) bulk_wait_all();
 

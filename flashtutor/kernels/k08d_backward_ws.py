@@ -31,6 +31,7 @@ THREADS = 128 * (1 + CONSUMERS)
 BOX = 64                    # fp16 columns per TMA box: 128 bytes, the swizzle span
 ALIGN = 1024                # the kernel aligns its tiles to a swizzle atom itself
 DQ_TILE = 64 * 64           # fp32 elements of one dQ tile (64 query rows × 64 columns)
+DQ_BUFS = 2                 # dQ tiles in shared memory per consumer
 forward = base.forward
 _mod = None
 
@@ -41,7 +42,7 @@ def shared_bytes(D: int) -> int:
     tiles = 2 * STAGES * Br * D * 2             # the Q and dO rings
     rows = STAGES * 2 * Br * 4                  # each slot's lse and delta
     ds = 2 * Bc * Br * 2                        # dSᵀ of the block, two buffers
-    dq = CONSUMERS * DQ_TILE * 4                # each consumer's fp32 dQ tile
+    dq = CONSUMERS * DQ_BUFS * DQ_TILE * 4      # each consumer's fp32 dQ tiles
     bars = 8 * (1 + 2 * STAGES)
     return kv + tiles + ds + dq + rows + bars + ALIGN
 
