@@ -19,6 +19,7 @@ NOTEBOOK = ROOT / "chapters" / "08_backward" / "backward.ipynb"
 DIAGRAMS = ROOT / "book" / "diagrams"
 SOLUTION = ROOT / "solutions" / "08_backward" / "attention.py"
 TIME_LOG = ROOT / "results" / "ch08-time-h100-2026-11-27-b-partial.log"
+LATER_LOG = ROOT / "results" / "ch08-time-h100-2026-11-27-d.log"   # 8a, 8c and 8d in one run: the later section
 TRAIN = ROOT / "results" / "ch08-train-h100-2026-11-27-c.json"     # swept tiles, then the interleaved pairs
 
 
@@ -127,6 +128,47 @@ def test_stored_tables_are_the_results_files():
     for name, loss in run["summary"]["final_loss_mean_of_last_10pct"].items():
         assert f"{loss:.4f}" in text and f"{run['summary']['median_step_ms'][name]:.1f} ms" in text, name
     assert f"{run['summary']['gap']:+.4f}" in text
+
+
+def _bwd_lines(path):
+    """{shape as the page's tables write it: {who: µs}} of a ch08_gpu log's backward-alone lines."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^\s+bwd\s+(B\d+ H\d+) S\s*(\d+) D\s*(\d+)( causal)?\s+(\S+)\s+([\d.]+) µs\s+([\d.]+) TFLOP/s",
+                     line)
+        if m:
+            b_h, s, d, causal, who, us, tf = m.groups()
+            shape = f"{b_h} S{s} D{d}".replace(" ", "\u00a0") + (causal or "")
+            out.setdefault(shape, {})[who] = (float(us), float(tf))
+    return out
+
+
+def test_the_later_run_s_table_and_target_are_its_log():
+    """The later section's table holds every backward time of steps 8a, 8c and 8d in the -d log with its ratios to
+    both SDPA backends; the targets cell names the fastest step at every D = 128 shape and by how much it misses
+    1/0.9× cuDNN's time; the checks cell counts the log's verdicts."""
+    text = "".join(_outputs(c) for c in _cells())
+    flat = " ".join(text.split())
+    shapes = _bwd_lines(LATER_LOG)
+    assert len(shapes) == 8
+    for shape, by in shapes.items():
+        cudnn, flash = by["SDPA-cudnn"][0], by["SDPA-flash"][0]
+        for who in ("8a", "8c", "8d"):
+            us, tf = by[who]
+            assert f"| {shape} | {who} | {us:.1f} | {tf:.0f} | {us / cudnn:.2f} | {us / flash:.2f} |" in text, \
+                (shape, who)
+    d128 = {s: by for s, by in shapes.items() if "D128" in s}
+    best = {min(("8a", "8c", "8d"), key=lambda w: by[w][0]) for by in d128.values()}
+    assert best == {"8d"}, best
+    assert "the fastest of 8a, 8c, 8d at every D = 128 shape: step 8d; time / SDPA-cudnn <= 1.11:" in flat
+    for shape, by in d128.items():
+        x = by["8d"][0] / by["SDPA-cudnn"][0]
+        line = (f"{shape.replace(chr(0xa0), ' ')} {x:.2f} — missed by {100 * (0.9 * x - 1):.0f} % "
+                f"({0.9 * x:.2f}× the time allowed)")
+        assert line in flat, line
+    log = LATER_LOG.read_text(encoding="utf-8")
+    ok, failed = len(re.findall(r" vs (?:CUDNN|FLASH): ok ", log)), len(re.findall(r" vs (?:CUDNN|FLASH): FAIL", log))
+    assert f"{LATER_LOG.relative_to(ROOT)} (" in text and f"{ok} ok, {failed} failed" in flat and failed == 0
 
 
 def interleaved_summary(timing):

@@ -7,10 +7,13 @@ import csv
 import gzip
 import io
 import json
+import re
 
 from flashtutor.chapters import ROOT, get_chapter
 
 LOG_C = ROOT / "results/ch08-time-h100-2026-11-27-c.json"
+LOG_D = ROOT / "results/ch08-time-h100-2026-11-27-d.json"         # 8a, 8c and 8d in one run
+PARTS_8D = ROOT / "results/ch08-8d-h100-2026-11-27-d"               # 8d's backward in parts, the same device call
 NCU_8C = ROOT / "results/ch08-8c-h100-2026-11-27"
 
 
@@ -32,22 +35,97 @@ def _span(xs) -> str:
     return f"{min(xs):.2f}–{max(xs):.2f}×"
 
 
-def _ratios_c(step, D, S=None):
-    """Backward-alone time ÷ SDPA-cuDNN's of ``step`` in the -c run, at head dim D (and sequence length S)."""
-    recs = json.loads(LOG_C.read_text())["records"]
-    return [r["ratio_vs_SDPA-cudnn"] for r in recs if r["kind"] == "time" and r["mode"] == "bwd"
+def _bwd(log, step, D, S=None):
+    """The backward-alone timing records of ``step`` in a ch08_gpu run, at head dim D (and sequence length S)."""
+    recs = json.loads(log.read_text())["records"]
+    return [r for r in recs if r["kind"] == "time" and r["mode"] == "bwd"
             and r["step"] == step and r["D"] == D and (S is None or r["S"] == S)]
 
 
+def _ratios_c(step, D, S=None):
+    """Backward-alone time ÷ SDPA-cuDNN's of ``step`` in the -c run, at head dim D (and sequence length S)."""
+    return [r["ratio_vs_SDPA-cudnn"] for r in _bwd(LOG_C, step, D, S)]
+
+
+def _ratios_d(step, D, S=None):
+    """The same in the -d run (8a, 8c and 8d side by side), which the measurements page's later section shows."""
+    return [r["ratio_vs_SDPA-cudnn"] for r in _bwd(LOG_D, step, D, S)]
+
+
 def test_step_8c_s_measured_ratios_in_its_header_and_on_the_page():
+    """8c's header quotes its own run (-c); the measurements page quotes the later run (-d) it tables."""
     from flashtutor.kernels import k08c_backward_tma as k08c
     quoted = [_span(_ratios_c("8c", 128)), _span(_ratios_c("8a", 128)),
               _span(_ratios_c("8c", 64, 4096)), _span(_ratios_c("8a", 64, 4096))]
     assert quoted == ["1.72–1.88×", "1.40–1.49×", "1.51–1.56×", "1.37–1.38×"], quoted
-    page = _markdown(ROOT / "chapters/08_backward/backward_measurements.ipynb")
     header = " ".join(k08c.__doc__.split())
     for q in quoted:
-        assert q in page and q.rstrip("×") in header, q
+        assert q.rstrip("×") in header, q
+    page = " ".join(_markdown(ROOT / "chapters/08_backward/backward_measurements.ipynb").split())
+    c128, a128, c64, a64 = (_span(_ratios_d("8c", 128)), _span(_ratios_d("8a", 128)),
+                            _span(_ratios_d("8c", 64, 4096)), _span(_ratios_d("8a", 64, 4096)))
+    assert (f"{c128} cuDNN's backward time at $D = 128$, where 8a takes {a128}, and {c64} at $D = 64$ "
+            f"($S = 4096$), where 8a takes {a64}") in page
+    # "slower than 8a at every shape of the later run"
+    for c in [r for D in (64, 128) for r in _bwd(LOG_D, "8c", D)]:
+        a = next(r for r in _bwd(LOG_D, "8a", c["D"], c["S"]) if (r["B"], r["H"], r["causal"])
+                 == (c["B"], c["H"], c["causal"]))
+        assert c["median_us"] > a["median_us"], c
+
+
+def test_step_8d_s_ratios_on_the_measurements_page_and_in_the_take_away():
+    """Every figure the two pages quote about step 8d: from the -d run's JSON and from 8d's parts files (the JSONs,
+    and the lines its README quotes as printed for the shapes whose files did not come back)."""
+    d128, a128 = _bwd(LOG_D, "8d", 128), _bwd(LOG_D, "8a", 128)
+    assert len(d128) == 4
+    for d in d128:                      # the course's best step: the fastest of the run's steps at every D = 128 shape
+        same = [r for step in ("8a", "8c") for r in _bwd(LOG_D, step, 128)
+                if (r["B"], r["H"], r["S"], r["causal"]) == (d["B"], d["H"], d["S"], d["causal"])]
+        assert len(same) == 2 and all(d["median_us"] < r["median_us"] for r in same), d
+    x = [r["ratio_vs_SDPA-cudnn"] for r in d128]
+    over = [0.9 * v for v in x]                                             # time ÷ the time the target allows
+    assert min(over) > 1                                                    # missed at every shape
+    missed = f"{100 * (min(over) - 1):.0f}–{100 * (max(over) - 1):.0f} %"
+    faster = [a["median_us"] / d["median_us"] for a, d in zip(a128, d128)]
+    assert [(a["B"], a["S"], a["causal"]) for a in a128] == [(d["B"], d["S"], d["causal"]) for d in d128]
+
+    alone, extra_ms, extra_x, host = [], [], [], []
+    for line in (PARTS_8D / "README.md").read_text(encoding="utf-8").splitlines():
+        m = re.search(r"8d backward\(\)\s+[\d.]+ µs\s+÷ cuDNN [\d.]+\s+kernel alone\s+[\d.]+ µs\s+÷ cuDNN ([\d.]+)",
+                      line)
+        if m:
+            alone.append(float(m.group(1)))
+    for path in sorted(PARTS_8D.glob("parts-*.json")):
+        run = json.loads(path.read_text())
+        p = {k: v["median_us"] for k, v in run["parts"].items()}
+        rest = p["delta (preprocess)"] + p["zero dQ buffer"] + p["dQ convert"]
+        alone.append(p["kernel alone"] / p["SDPA-cudnn bwd"])
+        extra_ms.append(f"{rest / 1e3:.2f}")
+        extra_x.append(rest / p["SDPA-cudnn bwd"])
+        host.append(run["host_us_per_backward_call"]["median"] / 1e3)
+    assert len(alone) == 4 and len(set(extra_ms)) == 1, (alone, extra_ms)
+    small = [r["median_us"] / 1e3 for r in _bwd(LOG_D, "SDPA-cudnn", 64, 1024)]
+
+    page = " ".join(_markdown(ROOT / "chapters/08_backward/backward_measurements.ipynb").split())
+    for quote in (
+            f"{_span(x)} cuDNN's backward time in the later run, where 8a takes {_span(faster)} 8d's time",
+            f"the second target is missed, by {missed} ({min(over):.2f}–{max(over):.2f}× the time allowed",
+            f"the kernel alone takes {_span(alone)} cuDNN's time",
+            f"converting it add {extra_ms[0]} ms, {min(extra_x):.2f}–{max(extra_x):.2f}× cuDNN's time",
+            f"level with 8a at $S = 4096$ ({_span(_ratios_d('8d', 64, 4096))} against "
+            f"{_span(_ratios_d('8a', 64, 4096))})",
+            f"slower at B1 H16 S1024 D64 ({_span(_ratios_d('8d', 64, 1024))} against "
+            f"{_span(_ratios_d('8a', 64, 1024))})",
+            f"costs {min(host):.2f}–{max(host):.2f} ms on the host",
+            f"cuDNN's whole backward at that small shape ({min(small):.2f}–{max(small):.2f} ms)"):
+        assert quote in page, quote
+    assert min(host) > max(small)
+    assert min(_ratios_d("8d", 64, 1024)) > max(_ratios_d("8a", 64, 1024))
+
+    text = " ".join(_markdown(ROOT / "chapters/08_backward/backward.ipynb").split())
+    assert (f"$D = 128$: {_span(x)} cuDNN's backward time, where the solution takes {_span(_ratios_d('8a', 128))} "
+            f"(`results/ch08-time-h100-2026-11-27-d.log`); the target, at most {1 / 0.9:.2f}×, "
+            f"is missed by {missed}.") in text
 
 
 def test_step_8c_s_profile_numbers_are_the_profile_s():

@@ -31,11 +31,12 @@
 // What changed since step 8c: CUDA instead of Triton, for the roles and the register split Triton cannot express on
 // Hopper; dQ through a bulk reduce of a shared-memory tile (8c: a TMA tensor reduce).
 // Measured on an H100 (results/ch08-8d-h100-2026-11-27*, one process, alternating with SDPA's cuDNN backward): the
-// backward takes 1.12–1.17× cuDNN's time at D = 128, the kernel alone 1.02–1.10×; the first version, with every
-// product waited for at once and lse, delta read from global memory per element, took 1.73–2.04×. Tried and slower:
-// storing dQ one tile late, overlapping the next Sᵀ (1.36×); each consumer computing all of dQ over its own 64 keys
-// (1.38×); one barrier per dQ store, its thread waiting for the bulk copy's read (1.43×); a second dQ buffer (no change).
-// Limitation: the backward also runs delta, zeroes the dQ buffer and converts it (0.06× cuDNN's time together); at
+// backward takes 1.09–1.13× cuDNN's time at D = 128 (results/ch08-time-h100-2026-11-27-e.log); the first version,
+// with every product waited for at once and lse, delta read from global memory per element, took 1.73–2.04×. Tried
+// and slower: storing dQ one tile late, overlapping the next Sᵀ (1.36× against 1.16×); each consumer computing all of
+// dQ over its own 64 keys (1.38×); one dQ buffer whose thread waits for the bulk copy's read right after issuing it
+// (1.43×); dS from the fp16 P (1.15–1.19× against 1.12–1.16×).
+// Limitation: the backward also runs delta, zeroes the dQ buffer and converts it (0.03–0.11× cuDNN's time); at
 // D = 64 both consumers add a partial dQ tile per query tile; the two consumers meet at a barrier every tile (for dS),
 // so one's stall is the other's; small problems are paced by the host (0.2–0.6 ms per backward() call on the H100's).
 #include "hopper.cuh"   // mbarriers, TMA, wgmma, setmaxnreg in inline PTX: flashtutor/cuda/hopper.cuh
@@ -224,8 +225,9 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
-    // The dQ tile to shared memory in the accumulator's order (once the previous bulk add has read it), then one
-    // bulk add into its 16 KB tile of the dQ buffer.
+    // The dQ tile to shared memory in the accumulator's order, into the buffer of the two that the bulk add of two
+    // tiles ago has finished reading (waited for before the dS barrier), then one bulk add into its 16 KB tile of
+    // the dQ buffer in global memory. (One buffer and a barrier before the store: 2 % slower.)
     float dq[32];
     auto store_dq = [&](int qi0, int t) {
         const u32 sdQ = sdQ0 + (t % DQ_BUFS) * L::DQ_BYTES;   // free: see the dS barrier

@@ -6,7 +6,8 @@ q, k, v and dO as ``[B·H·S, D]`` matrices with one tensor map each (``flashtut
 per 128 keys and head, and turns the fp32 dQ buffer the blocks add into into dQ (a small Triton kernel). Hopper only
 (sm_90a), like chapter 7's kernels.
 What changed since step 8c: warp specialization with register reallocation, which Triton does not give this kernel.
-Limitation: on the H100, 1.12–1.17× cuDNN's backward time at D = 128 (the course's target: 1.11×); see the header.
+Limitation: on the H100, 1.09–1.13× cuDNN's backward time at D = 128 (the course's target: at most 1.11×); see
+the header.
 """
 from __future__ import annotations
 
