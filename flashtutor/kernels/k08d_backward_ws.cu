@@ -202,6 +202,25 @@ __device__ __forceinline__ void softmax_tile(float (&st)[Br / 2], u32 slot, floa
     }
 }
 
+// acc (64 keys × D) += x · B, issued and committed, not waited for: x is a 64 × Br fp32 tile in accumulator registers
+// (Pᵀ or dSᵀ), packed here to fp16 A fragments (kept in frag: queries 16kk .. 16kk + 15 are elements 8kk .. 8kk + 7);
+// B is the Br × D tile at sB (dO or Q), MN-major: Br/16 steps along the queries, each 64×D×16.
+template <int D>
+__device__ __forceinline__ void mma_rs_tile(float (&acc)[D / 2], const float (&x)[Br / 2], u32 (&frag)[Br / 16][4],
+                                            u32 sB) {
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) frag[kk][r] = pack_half2(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+    fence_regs(acc);
+    fence_regs(frag);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+        wgmma_rs<D>(acc, frag[kk], make_desc(sB + kk * 16 * 128, Br * 128, SWIZZLE_ATOM));
+    wgmma_commit();
+}
+
 // A consumer warpgroup: keys kc0 .. kc0 + 63 against every query tile the producer streams.
 template <int D>
 __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __restrict__ DQ, __half* __restrict__ DK,
@@ -275,19 +294,8 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
             softmax_tile<true>(st, slot, scale_log2, i0, kc0 + r_lo, c_lane, S, causal);
         else
             softmax_tile<false>(st, slot, scale_log2, i0, kc0 + r_lo, c_lane, S, causal);
-        // As wgmma A operands (K = the tile's queries): queries 16kk..16kk+15 are elements 8kk .. 8kk + 7.
         u32 pf[Br / 16][4], df[Br / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < Br / 16; ++kk)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) pf[kk][r] = pack_half2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
-        fence_regs(dv);
-        fence_regs(pf);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Br / 16; ++kk)
-            wgmma_rs<D>(dv, pf[kk], make_desc(sdO + kk * 16 * 128, Br * 128, SWIZZLE_ATOM));
-        wgmma_commit();
+        mma_rs_tile<D>(dv, st, pf, sdO);
 
         // dSᵀ = Pᵀ ∘ (dPᵀ − delta) while dV runs; then dK_c += dSᵀ·Q_i.
         wgmma_wait<1>();
@@ -302,17 +310,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
                 dpt[i + 1] = st[i + 1] * (dpt[i + 1] - delta.y);
             }
         }
-#pragma unroll
-        for (int kk = 0; kk < Br / 16; ++kk)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) df[kk][r] = pack_half2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
-        fence_regs(dk);
-        fence_regs(df);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Br / 16; ++kk)
-            wgmma_rs<D>(dk, df[kk], make_desc(sQ + kk * 16 * 128, Br * 128, SWIZZLE_ATOM));
-        wgmma_commit();
+        mma_rs_tile<D>(dk, dpt, df, sQ);
 
         // dSᵀ to shared memory, one 128-byte row per key (Br = 64 fp16), 16-byte chunks swizzled by the row.
 #pragma unroll
