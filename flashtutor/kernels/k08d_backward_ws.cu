@@ -38,7 +38,7 @@
 // (1.43×); dS from the fp16 P (1.15–1.19× against 1.12–1.16×).
 // Limitation: the backward also runs delta, zeroes the dQ buffer and converts it (0.03–0.11× cuDNN's time); at
 // D = 64 both consumers add a partial dQ tile per query tile; the two consumers meet at a barrier every tile (for dS),
-// so one's stall is the other's; small problems are paced by the host (0.2–0.6 ms per backward() call on the H100's).
+// so one's stall is the other's; small problems are paced by the host (0.2–0.8 ms per backward() call on the H100's).
 #include "hopper.cuh"   // mbarriers, TMA, wgmma, setmaxnreg in inline PTX: flashtutor/cuda/hopper.cuh
 
 constexpr int CONSUMERS = 2;                  // consumer warpgroups per block
