@@ -4,8 +4,9 @@
     python -m flashtutor.results_page --check    # exit 1 if book/results.md is not what results/ gives
     python -m flashtutor.results_page --results DIR --page PATH [--check]
 
-The page has three sections: each chapter's solution against SDPA on each GPU (the grader's newest report
-per chapter and GPU), the older event-timed measurements beside the grader's GPU time per call, and the
+The page has four sections: each chapter's solution against SDPA on each GPU (the grader's newest report
+per chapter and GPU), chapter 8's steps as its own benchmark timed their backward against SDPA's (event-timed,
+so apart from the chart), the older event-timed measurements beside the grader's GPU time per call, and the
 seed reports' claims against what the course measured (``CLAIMS``: one small dataclass per claim, each
 with the function that computes its measurement and verdict from the results files).
 
@@ -568,6 +569,7 @@ def section_chart(res: Results) -> tuple[str, str]:
     runs = "; ".join(f"{srcs(best_files[g], code=True)} ({data[g]['name']})" for g in gpus if best_files[g])
     shapes7 = next((data[g]["best"]["07"]["n"] for g in gpus if "07" in data[g]["best"]), 0)
     undrawn = [k for k in CHAPTERS if k not in drawn_chapters(data)]
+    ch08_solution = next(s.id for s in STEPS["08"] if s.solution)
     caption = (
         "Each marker is the median, over the shapes the grader times for that chapter, of a kernel's GPU time per call "
         "divided by SDPA's (timed in the same rounds); its bar runs from the lowest to the highest of those ratios. "
@@ -576,7 +578,8 @@ def section_chart(res: Results) -> tuple[str, str]:
         "calls queued back to back (chapter 6: both sides replayed from CUDA graphs, its rule's basis). "
         "Open diamonds: the chapter's best step where it is not the solution, on the same basis: 1a, chapter 1's "
         "reference; 7c, the course's fastest kernel" + (f" (no such run on the {', '.join(no7c)})" if no7c else "")
-        + ". Steps 3b, 3c and 4b have no timing on the grader's basis and are not drawn"
+        + ". Steps 3b, 3c and 4b have no timing on the grader's basis and are not drawn; nor are chapter 8's steps "
+        f"after {ch08_solution}, event-timed by the chapter's own benchmark in {{ref}}`a section of their own <{CH08_LABEL}>`"
         + (f"; nor is {_chapters(undrawn)}, with no grade report in results/ yet" if undrawn else "")
         + ". The files behind every marker are listed under the table that follows. " + env + ".")
     figure = [f"```{{figure}} {CHART}", ":name: results-ladder", f":alt: {CHART_TITLE}, per chapter, H100 and H200, "
@@ -622,6 +625,130 @@ def section_chart(res: Results) -> tuple[str, str]:
 def dropdown(title: str, body: list[str]) -> str:
     """A block the page shows collapsed, under its one-line `title` (sphinx-design's dropdown)."""
     return "\n".join([f":::{{dropdown}} {title}", "", *body, "", ":::"])
+
+
+# ---------------------------------------------------------------- chapter 8's backward ladder ------
+# Chapter 8's own benchmark (scripts/ch08_gpu.py) times every step against SDPA pinned to cuDNN and to FLASH,
+# on its own basis (events, L2 flushed, the candidates alternating): not the grader's, so not in the chart.
+_CH08_TIME = re.compile(r"^ch08-time-(h100|h200)-(\d{4}-\d\d-\d\d)(?:-[a-z-]+)?\.json$")
+_CH08_REF, _CH08_FLASH = "SDPA-cudnn", "SDPA-flash"
+CH08_LABEL = "results-ch08"          # the section's target, which the chart's caption links
+
+
+def ch08_runs(res: Results) -> dict[str, list[tuple[str, dict]]]:
+    """Per GPU tag: (file, its JSON) of every chapter-8 timing file that times the backward alone, newest first
+    by the date its env records. Only JSON files: the runs' logs (.log) hold no records."""
+    found: dict[str, list[tuple[str, str, dict]]] = {}
+    for name in res.names("ch08-time-*.json"):
+        m = _CH08_TIME.match(name)
+        d = res.load(name) if m else None
+        if d and any(r.get("kind") == "time" and r.get("mode") == "bwd" for r in d.get("records", [])):
+            found.setdefault(m.group(1), []).append((str((d.get("env") or {}).get("date", "")), name, d))
+    return {gpu: [(n, d) for _, n, d in sorted(found[gpu], reverse=True)] for gpu, _ in GPUS if gpu in found}
+
+
+def ch08_shape(r: dict) -> str:
+    return f"B{r['B']} H{r['H']} S{r['S']} D{r['D']}" + (" causal" if r.get("causal") else "")
+
+
+def ch08_table(d: dict) -> dict:
+    """The backward-alone timings of one run: its shapes (in the run's order), its rows (the steps it times in
+    the chapter's order, then SDPA's FLASH backend), each row's time ÷ SDPA-cuDNN's at each shape (None where
+    either is missing) and TFLOP/s at D = 128, and its checks."""
+    recs = [r for r in d.get("records", []) if r.get("kind") == "time" and r.get("mode") == "bwd"]
+    shapes = list(dict.fromkeys(ch08_shape(r) for r in recs))
+    by = {(r["step"], ch08_shape(r)): r for r in recs}
+    order = [s.id for s in STEPS["08"]]
+    timed_steps = list(dict.fromkeys(r["step"] for r in recs if not r["step"].startswith("SDPA")))
+    rows = sorted(timed_steps, key=lambda s: (order.index(s) if s in order else len(order), timed_steps.index(s)))
+    rows += [_CH08_FLASH] if any(r["step"] == _CH08_FLASH for r in recs) else []
+    ratios = {}
+    for who in rows + [_CH08_REF]:
+        for sh in shapes:
+            me, ref = by.get((who, sh)), by.get((_CH08_REF, sh))
+            ratios[(who, sh)] = me["median_us"] / ref["median_us"] if me and ref else None
+    tflops = {who: [r["tflops"] for r in recs if r["step"] == who and r["D"] == 128 and r.get("tflops")]
+              for who in rows + [_CH08_REF]}
+    checks = [r for r in d.get("records", []) if r.get("kind") == "check"]
+    failed = [r for r in checks if r.get("ok") is False]
+    return {"shapes": shapes, "rows": rows, "ratios": ratios, "tflops": tflops, "checks": len(checks),
+            "failed": len(failed), "failed_steps": list(dict.fromkeys(str(r.get("step")) for r in failed))}
+
+
+def _ch08_label(who: str) -> str:
+    if who == _CH08_FLASH:
+        return "SDPA, FLASH backend"
+    step = next((s for s in STEPS["08"] if s.id == who), None)
+    return f"{who} {step.label}" + (", the solution" if step.solution else "") if step else who
+
+
+def _tflops_range(xs: list[float]) -> str:
+    if not xs:
+        return "—"
+    lo, hi = min(xs), max(xs)
+    return sig(lo) if sig(lo) == sig(hi) else f"{sig(lo)}–{WJ}{sig(hi)}"
+
+
+def ch08_caption(name: str, d: dict, t: dict) -> str:
+    env = d.get("env") or {}
+    date = str(env.get("date", "?")).replace("T", " ")[:16]
+    versions = ", ".join(f"{label} {fmt(env[k])}" for label, k, fmt in (("torch", "torch", str),
+                         ("triton", "triton", str), ("cuDNN", "cudnn", cudnn)) if env.get(k) is not None)
+    which = f" (step {', '.join(t['failed_steps'])})" if t["failed"] else ""
+    ref = t["tflops"].get(_CH08_REF)
+    ref_txt = f"; SDPA-cuDNN's backward: {_tflops_range(ref)} TFLOP/s at D = 128" if ref else ""
+    return (f"{src(name)}: {env.get('gpu', '?')}, {versions}, {date}; {t['failed']} of {t['checks']} checks "
+            f"failed{which}{ref_txt}.")
+
+
+def ch08_markdown(t: dict) -> list[str]:
+    lines = ["| step | " + " | ".join(t["shapes"]) + " | TFLOP/s at D = 128 |",
+             "|---|" + "---|" * len(t["shapes"]) + "---|"]
+    for who in t["rows"]:
+        cells = [ratio(x) if x is not None else "—" for x in (t["ratios"][(who, sh)] for sh in t["shapes"])]
+        lines.append(f"| {_ch08_label(who)} | " + " | ".join(cells) + f" | {_tflops_range(t['tflops'][who])} |")
+    return lines
+
+
+def section_ch08(res: Results) -> str:
+    """Chapter 8's steps, backward alone, from its own benchmark's files: per GPU, a table per run, newest first.
+    A run is shown when it holds the newest timing of one of its steps; the others, superseded, are folded."""
+    runs = ch08_runs(res)
+    solution = next(s.id for s in STEPS["08"] if s.solution)
+    out = [f"({CH08_LABEL})=", "## Chapter 8's backward ladder (event-timed)", "",
+           f"The grader times chapter 8's solution, step {solution}, in the tables above and below; all of the "
+           "chapter's steps are timed by its own benchmark, `scripts/ch08_gpu.py`, on another basis: CUDA events around each call, the L2 flushed before "
+           "every repetition, every step and SDPA (pinned to its cuDNN and to its FLASH backend) alternating in one "
+           "process. That is not the grader's basis, so these numbers are not in the chart. Each table is one run: "
+           "a step's backward alone (the gradients of a kept forward) divided by SDPA-cuDNN's backward at the same "
+           "shape, the median of each; below 1× the step is faster than cuDNN. The last column is the step's "
+           "TFLOP/s over the run's D = 128 shapes (the backward counted as 2.5× the forward's FLOPs, half under a "
+           "causal mask). Under each table: its file, the machine, and how many of the run's correctness checks "
+           "failed.", ""]
+    if not runs:
+        return "\n".join(out + ["No chapter-8 timing file in results/.", ""])
+    untimed = [s.id for s in STEPS["08"] if not any(s.id in ch08_table(d)["rows"] for g in runs for _, d in runs[g])]
+    if untimed:
+        out[-2] += f" Not timed in any of these files: step {', '.join(untimed)}."
+    for gpu, gpu_name in GPUS:
+        if gpu not in runs:
+            continue
+        name = next(((d.get("env") or {}).get("gpu") for _, d in runs[gpu] if (d.get("env") or {}).get("gpu")), gpu_name)
+        out += [f"### Chapter 8 on the {name}", ""]
+        seen: set[str] = set()
+        folded = []
+        for fname, d in runs[gpu]:
+            t = ch08_table(d)
+            block = ch08_markdown(t) + ["", ch08_caption(fname, d, t)]
+            steps = set(t["rows"]) - {_CH08_FLASH}
+            if steps - seen:
+                out += block + [""]
+            else:
+                folded += block + [""]
+            seen |= steps
+        if folded:
+            out += [dropdown(f"Older runs on the {name}, each of whose steps a newer run times", folded[:-1]), ""]
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------- section 2: events vs GPU time ----
@@ -1232,14 +1359,15 @@ def render(results_dir: Path | str | None = None) -> str:
             f"book/{CHART}: do not edit by hand. `python -m flashtutor.results_page --check` fails when either is "
             "stale. -->", "", figure, "",
             "Every chapter measures its own kernels against PyTorch's `scaled_dot_product_attention` (SDPA). This "
-            "page puts the chapters side by side, from the grader's reports of each chapter's solution, shows how "
+            "page puts the chapters side by side, from the grader's reports of each chapter's solution, gives "
+            "chapter 8's backward steps as the chapter's own benchmark timed them, shows how "
             "much the course's older event-timed numbers differ from the grader's GPU time per call, and sets the "
             "seed reports' claims beside what was measured. Every ratio to SDPA on it is the kernel's time divided "
             "by SDPA's, the grader's ratio: below 1× the kernel is faster. Numbers are printed to three "
             "significant digits. Every number is read from, or computed from, a file in `results/`, named beside "
             "it; the page is regenerated from those files, not edited.", ""]
-    return ("\n".join(head) + "\n" + glance + "\n" + section_ladder(res) + "\n" + section_events(res) + "\n"
-            + section_claims(res))
+    return ("\n".join(head) + "\n" + glance + "\n" + section_ch08(res) + "\n" + section_ladder(res) + "\n"
+            + section_events(res) + "\n" + section_claims(res))
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,8 @@
 * the page fits a reader: the long material (the sources lists, the event-timed pairs row by row, the seed
   claims' table) is folded into collapsed blocks, the ladder's tables are not, and what shows unfolded is
   short (a negative control: the same page unfolded fails);
+* chapter 8's backward ladder (event-timed, apart from the chart): each run's table recomputed from its JSON, a
+  failed check counted in its caption, the runs' logs (.log, even one holding JSON) ignored;
 * no number on the page has more than 3 significant digits, and every ratio to SDPA is the kernel's time over
   SDPA's (both checks fed a bad line too, to show they can fail).
 """
@@ -495,3 +497,96 @@ def test_every_ratio_to_sdpa_is_yours_over_sdpas(page):
     for bad in ("chapter 5's reference ran at 0.27× its speed", "SDPA's GPU time per call over the solution's",
                 "no kernel can be more than 3.01× faster than SDPA here"):
         assert inverse_ratios(page + "\n" + bad), bad
+
+
+# ---------------------------------------------------------------- chapter 8's backward ladder -----
+CH08 = "## Chapter 8's backward ladder (event-timed)"
+
+
+def _ch08_tables(page: str) -> dict[str, tuple[list[list[str]], str]]:
+    """{file name: (the table's rows, header first; its caption)} of the chapter-8 section, folded runs included."""
+    out, table = {}, []
+    for line in _plain(_section(page, CH08)).splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            table.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif m := re.match(r"^`results/(ch08-time-[^`]+)`", line):
+            out[m.group(1)] = (table, line)
+            table = []
+    return out
+
+
+def _ch08_expected(d: dict) -> tuple[list[str], dict[str, list[str]], int]:
+    """From a run's JSON, with this file's own code: its shape columns, {row label: cells} and failed checks."""
+    bwd = [r for r in d["records"] if r["kind"] == "time" and r["mode"] == "bwd"]
+    name = lambda r: f"B{r['B']} H{r['H']} S{r['S']} D{r['D']}" + (" causal" if r["causal"] else "")   # noqa: E731
+    shapes = []
+    for r in bwd:
+        if name(r) not in shapes:
+            shapes.append(name(r))
+    cudnn_us = {name(r): r["median_us"] for r in bwd if r["step"] == "SDPA-cudnn"}
+    labels = {s.id: f"{s.id} {s.label}" + (", the solution" if s.solution else "") for s in rp.STEPS["08"]}
+    who = [s.id for s in rp.STEPS["08"] if any(r["step"] == s.id for r in bwd)] + ["SDPA-flash"]
+    rows = {}
+    for w in who:
+        mine = {name(r): r for r in bwd if r["step"] == w}
+        cells = []
+        for sh in shapes:
+            x = mine[sh]["median_us"] / cudnn_us[sh]
+            assert x == pytest.approx(mine[sh]["ratio_vs_SDPA-cudnn"], rel=1e-9)       # the run's own ratio
+            cells.append(f"{_sig(x)}×")
+        fl = [r["tflops"] for r in mine.values() if r["D"] == 128]
+        cells.append(f"{_sig(min(fl))}–{_sig(max(fl))}" if _sig(min(fl)) != _sig(max(fl)) else _sig(min(fl)))
+        rows[labels.get(w, "SDPA, FLASH backend")] = cells
+    failed = sum(1 for r in d["records"] if r["kind"] == "check" and r["ok"] is False)
+    return shapes, rows, failed
+
+
+def test_ch08_section_numbers_are_the_json_records(page):
+    files = sorted(RESULTS.glob("ch08-time-*.json"))
+    assert len(files) >= 3
+    emitted = rp.render(RESULTS)                   # what the generator gives now (the committed page: the check above)
+    tables = _ch08_tables(emitted)
+    assert sorted(tables) == [f.name for f in files]                  # every run, none other
+    for f in files:
+        d = json.loads(f.read_text())
+        shapes, rows, failed = _ch08_expected(d)
+        table, caption = tables[f.name]
+        assert table[0] == ["step", *shapes, "TFLOP/s at D = 128"], table[0]
+        assert {r[0]: r[1:] for r in table[1:]} == rows, f.name
+        assert [r[0] for r in table[1:]] == list(rows), f.name            # the chapter's order, SDPA FLASH last
+        assert f"{failed} of " in caption and d["env"]["gpu"] in caption and d["env"]["torch"] in caption
+        assert d["env"]["triton"] in caption and d["env"]["date"].replace("T", " ")[:16] in caption
+    # newest first by the date each run records
+    order = [n for n in tables]
+    dates = [json.loads((RESULTS / n).read_text())["env"]["date"] for n in order]
+    assert dates == sorted(dates, reverse=True)
+    assert [r[0][:2] for r in tables["ch08-time-h100-2026-11-27-d.json"][0][1:]] == ["8a", "8c", "8d", "SD"]
+    assert all("08" not in g["best"] for g in rp.ladder_chart_data(rp.Results(RESULTS)).values())   # not in the chart
+    assert _ch08_tables(page) == tables                                  # and the committed page shows them
+
+
+def test_ch08_a_failed_check_is_counted(results_copy, page):
+    d = json.loads((RESULTS / "ch08-time-h100-2026-11-27-e.json").read_text())
+    assert "0 of 114 checks failed;" in _ch08_tables(page)["ch08-time-h100-2026-11-27-e.json"][1]
+    checks = [r for r in d["records"] if r["kind"] == "check" and r["step"] == "8d"]
+    for r in checks[:3]:
+        r["ok"] = False
+    d["env"]["date"] = "2099-01-01T00:00:00"
+    (results_copy / "ch08-time-h100-2099-01-01.json").write_text(json.dumps(d))
+    text = rp.render(results_copy)
+    table, caption = _ch08_tables(text)["ch08-time-h100-2099-01-01.json"]
+    assert f"3 of {len(d['records']) - sum(r['kind'] == 'time' for r in d['records'])} checks failed (step 8d)" in caption
+    assert next(iter(_ch08_tables(text))) == "ch08-time-h100-2099-01-01.json"          # the newest, first
+
+
+def test_ch08_logs_without_json_are_ignored(results_copy, page):
+    for p in RESULTS.glob("ch08-time-*.log"):                           # the runs' logs, the -partial ones too
+        shutil.copy(p, results_copy / p.name)
+    d = json.loads((RESULTS / "ch08-time-h100-2026-11-27-e.json").read_text())
+    for r in d["records"]:
+        if r.get("kind") == "time":
+            r["median_us"] *= 3
+    d["env"]["date"] = "2099-01-01T00:00:00"
+    (results_copy / "ch08-time-h100-2099-01-01.log").write_text(json.dumps(d))     # JSON, but a log by its name
+    assert rp.render(results_copy) == page
+    assert ".log" not in _section(page, CH08)
