@@ -717,7 +717,8 @@ def section_ch08(res: Results) -> str:
     solution = next(s.id for s in STEPS["08"] if s.solution)
     out = [f"({CH08_LABEL})=", "## Chapter 8's backward ladder (event-timed)", "",
            f"The grader times chapter 8's solution, step {solution}, in the tables above and below; all of the "
-           "chapter's steps are timed by its own benchmark, `scripts/ch08_gpu.py`, on another basis: CUDA events around each call, the L2 flushed before "
+           "chapter's steps are timed by its own benchmark, `scripts/ch08_gpu.py`, on another basis: CUDA events "
+           "around each call, the L2 flushed before "
            "every repetition, every step and SDPA (pinned to its cuDNN and to its FLASH backend) alternating in one "
            "process. That is not the grader's basis, so these numbers are not in the chart. Each table is one run: "
            "a step's backward alone (the gradients of a kept forward) divided by SDPA-cuDNN's backward at the same "
