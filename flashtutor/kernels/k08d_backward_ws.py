@@ -60,7 +60,8 @@ def dq_buffer(B: int, H: int, S: int, D: int, device) -> torch.Tensor:
 def dq_convert_kernel(ACC, DQ, S, D: tl.constexpr, T: tl.constexpr):
     """One 64 × 64 tile of dQ: read from the buffer's accumulator order, cast, written in rows (program: tile,
     64-column block, head)."""
-    t, blk, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    t, blk = tl.program_id(0), tl.program_id(1)
+    bh = tl.program_id(2).to(tl.int64)                 # offsets past 2³¹ elements for the largest problems
     rows = tl.arange(0, 64)[:, None]
     cols = tl.arange(0, 64)[None, :]
     # row 16·warp + 8·h + lane // 4, column 8·n8 + 2·(lane % 4) + e  ←  [n8][h][warp][lane // 4][lane % 4][e]
