@@ -78,7 +78,8 @@ struct Layout {
 extern __shared__ __align__(1024) unsigned char smem_raw[];
 
 // d[64, N] (+)= A[64, 16] · B[16, N], both in shared memory and both MN-major: hopper.cuh's wgmma_ss with the
-// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored (N = 64: a consumer's 64 columns of dQ).
+// "transpose A" and "transpose B" bits set (its operands are K-major), for dQ = dS·K from dSᵀ and K as stored
+// (N = 64: a consumer's 64 columns of dQ).
 template <int N> __device__ void wgmma_ss_tt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d);
 #define FT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -202,6 +203,20 @@ __device__ __forceinline__ void softmax_tile(float (&st)[Br / 2], u32 slot, floa
     }
 }
 
+// acc (64 keys × Br queries) = A·Bᵀ, issued and committed, not waited for: A is this warpgroup's 64 rows of a block
+// tile (K or V, boxes of Bc rows), B a Br-row tile (Q or dO), both K-major along D: D/16 steps, each 64×Br×16.
+template <int D>
+__device__ __forceinline__ void mma_ss_tile(float (&acc)[Br / 2], u32 sA, u32 sB) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const u32 in_box = (kk % 4) * 32;
+        wgmma_ss<Br>(acc, make_desc(sA + (kk / 4) * Bc * 128 + in_box, 16, SWIZZLE_ATOM),
+                     make_desc(sB + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM), kk > 0);
+    }
+    wgmma_commit();
+}
+
 // acc (64 keys × D) += x · B, issued and committed, not waited for: x is a 64 × Br fp32 tile in accumulator registers
 // (Pᵀ or dSᵀ), packed here to fp16 A fragments (kept in frag: queries 16kk .. 16kk + 15 are elements 8kk .. 8kk + 7);
 // B is the Br × D tile at sB (dO or Q), MN-major: Br/16 steps along the queries, each 64×D×16.
@@ -268,24 +283,10 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         const u32 sdS = sm.ds + (t % 2) * L::DS_BYTES;
         mbar_wait(sm.qdo_full + 8 * s, (t / STAGES) & 1);
 
-        // Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ: D/16 steps along D each, 64×Br×16, two groups.
+        // Sᵀ = K_c·Q_iᵀ, then dPᵀ = V_c·dO_iᵀ: two groups.
         float st[Br / 2], dpt[Br / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const u32 in_box = (kk % 4) * 32;
-            wgmma_ss<Br>(st, make_desc(sK + (kk / 4) * Bc * 128 + in_box, 16, SWIZZLE_ATOM),
-                         make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM), kk > 0);
-        }
-        wgmma_commit();
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const u32 in_box = (kk % 4) * 32;
-            wgmma_ss<Br>(dpt, make_desc(sV + (kk / 4) * Bc * 128 + in_box, 16, SWIZZLE_ATOM),
-                         make_desc(sdO + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM), kk > 0);
-        }
-        wgmma_commit();
+        mma_ss_tile<D>(st, sK, sQ);
+        mma_ss_tile<D>(dpt, sV, sdO);
 
         // Pᵀ while dPᵀ runs; then dV_c += Pᵀ·dO_i (Br/16 steps along the queries, 64×D×16, B MN-major).
         wgmma_wait<1>();
