@@ -249,3 +249,52 @@ def test_chapter_5_quotes_its_reference_pair_from_the_gemm_table():
     text = " ".join(_markdown(nb).split())
     assert (f"takes {pair[0]} ($QK^\\top$) and {pair[1]} ($PV$) cuBLAS's time at the seed shape, "
             f"and {pair[2]} and {pair[3]} at $D = 128$") in text, pair
+
+
+def test_step_8d_s_page_and_header_quote_their_runs():
+    """Step 8d's page and its kernel's header quote the first version's run, the variants' A/Bs, the parts, the
+    profile and the final run: each figure is recomputed from the file it came from."""
+    res = ROOT / "results"
+    first = [r["ratio_vs_SDPA-cudnn"] for r in _bwd(res / "ch08-8d-h100-2026-11-27/8d-time.json", "8d", 128)]
+    final, a_final = (_span([r["ratio_vs_SDPA-cudnn"] for r in _bwd(LOG_E, s, 128)]) for s in ("8d", "8a"))
+    c8 = _span([r["ratio_vs_SDPA-cudnn"] for r in _bwd(LOG_D, "8c", 128)])
+
+    def ab(path, name):       # (variant, kept build) ÷ cuDNN in one A/B file
+        v = json.loads((res / path).read_text())["variants"]
+        ref = v["SDPA-cudnn bwd"]["median_us"]
+        return v[name]["median_us"] / ref, v["default"]["median_us"] / ref
+
+    unsplit, kept = ab("ch08-8d-h100-2026-11-27-c/ab-d128.json", "FT_SPLIT_DQ=0")
+    one_bar, _ = ab("ch08-8d-h100-2026-11-27-c/ab-d128.json", "FT_EPI_BARS=1")
+    late, kept_late = ab("ch08-8d-h100-2026-11-27-c/parts-d128.json", "FT_DEFER_DQ=1")
+    half = [ab(f"ch08-8d-h100-2026-11-27-e/ab3-{n}.json", "FT_DS_HALF_P=1") for n in
+            ("4_32_4096_128", "4_32_4096_128--causal", "2_32_8192_128", "2_32_8192_128--causal")]
+    parts = [json.loads(p.read_text()) for p in sorted((res / "ch08-8d-h100-2026-11-27-c").glob("parts-d128*.json"))
+             + sorted((res / "ch08-8d-h100-2026-11-27-d").glob("parts-*.json"))]
+    around = [sum(p["parts"][n]["median_us"] for n in ("delta (preprocess)", "zero dQ buffer", "dQ convert"))
+              / p["parts"]["SDPA-cudnn bwd"]["median_us"] for p in parts]
+    host = [json.loads(p.read_text())["host_us_per_backward_call"]["median"] / 1e3
+            for p in (res / "ch08-8d-h100-2026-11-27-c").glob("parts-*.json")] + [
+            p["host_us_per_backward_call"]["median"] / 1e3 for p in parts]
+    tensor = re.search(r"ws_backward_d128.*?tensor_cycles_active\.avg\.pct_of_peak_sustained_active = ([\d.]+)",
+                       (res / "ch08-8d-h100-2026-11-27-d/ncu-8d-summary.txt").read_text(), re.S).group(1)
+
+    page = " ".join(_markdown(ROOT / "chapters/08_backward/backward_ws.ipynb").split())
+    a8 = [r["ratio_vs_SDPA-cudnn"] for r in _bwd(LOG_E, "8a", 128)]
+    for quote in (f"about {min(a8):.1f}–{max(a8):.1f}× cuDNN's backward time", f"took {_span(first)} cuDNN's time",
+                  f"({unsplit:.2f}× cuDNN's time against {kept:.2f}×", f"overlap it with the next $S^\\top$ ({late:.2f}×)",
+                  f"took {c8} cuDNN's time at $D = 128$", f"tensor pipe active {float(tensor):.0f} %",
+                  f"{min(host):.1f}–{max(host):.1f} ms on the H100's host"):
+        assert quote in page, quote
+
+    header = " ".join((ROOT / "flashtutor/kernels/k08d_backward_ws.cu").read_text().replace("//", " ").split())
+    for quote in (f"takes {final} cuDNN's time at D = 128", f"took {_span(first)}",
+                  f"overlapping the next Sᵀ ({late:.2f}× against {kept_late:.2f}×)", f"own 64 keys ({unsplit:.2f}×)",
+                  f"issuing it ({one_bar:.2f}×)",
+                  f"dS from the fp16 P ({_span([h for h, _ in half])} against {_span([k for _, k in half])})",
+                  f"converts it ({min(around):.2f}–{max(around):.2f}× cuDNN's time)",
+                  f"({min(host):.1f}–{max(host):.1f} ms per backward() call"):
+        assert quote in header, quote
+    py = " ".join((ROOT / "flashtutor/kernels/k08d_backward_ws.py").read_text().split())
+    assert f"on the H100, {final} cuDNN's backward time at D = 128" in py
+    assert a_final in " ".join(_markdown(ROOT / "chapters/08_backward/backward.ipynb").split())

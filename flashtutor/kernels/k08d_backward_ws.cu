@@ -35,7 +35,7 @@
 // with every product waited for at once and lse, delta read from global memory per element, took 1.73–2.04×. Tried
 // and slower: storing dQ one tile late, overlapping the next Sᵀ (1.36× against 1.16×); each consumer computing all of
 // dQ over its own 64 keys (1.38×); one dQ buffer whose thread waits for the bulk copy's read right after issuing it
-// (1.43×); dS from the fp16 P (1.15–1.19× against 1.12–1.16×).
+// (1.43×); dS from the fp16 P (1.15–1.18× against 1.12–1.16×).
 // Limitation: the backward also runs delta, zeroes the dQ buffer and converts it (0.03–0.11× cuDNN's time); at
 // D = 64 both consumers add a partial dQ tile per query tile; the two consumers meet at a barrier every tile (for dS),
 // so one's stall is the other's; small problems are paced by the host (0.2–0.8 ms per backward() call on the H100's).
