@@ -59,7 +59,7 @@ def main():
 
     # the parts, with ready-made arguments
     delta = preprocess(o, do)
-    acc, done = d.dq_buffer(B, H, S, D, q.device, counters=True)
+    acc = d.dq_buffer(B, H, S, D, q.device)
     dk, dv = torch.empty_like(q), torch.empty_like(q)
     rows = B * H * S
     tq, tdo = (tma.tensor_map(t.view(rows, D), box_rows=d.Br, box_cols=d.BOX) for t in (q, do))
@@ -68,7 +68,7 @@ def main():
 
     def kernel_alone():
         tma.launch(kern, grid=(triton.cdiv(S, d.Bc), B * H), block=(d.THREADS,), shared_mem=d.shared_bytes(D),
-                   args=(tq, tk, tv, tdo, lse, delta, acc, 0, done, dk, dv, S, D ** -0.5, int(causal)))
+                   args=(tq, tk, tv, tdo, lse, delta, acc, dk, dv, S, D ** -0.5, int(causal)))
 
     parts = {
         "SDPA-cudnn bwd": sdpa_bwd,

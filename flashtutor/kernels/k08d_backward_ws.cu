@@ -35,7 +35,8 @@
 // with every product waited for at once and lse, delta read from global memory per element, took 1.73–2.04×. Tried
 // and slower: storing dQ one tile late, overlapping the next Sᵀ (1.36× against 1.16×); each consumer computing all of
 // dQ over its own 64 keys (1.38×); one dQ buffer whose thread waits for the bulk copy's read right after issuing it
-// (1.43×); dS from the fp16 P (1.15–1.18× against 1.12–1.16×).
+// (1.43×); dS from the fp16 P (1.15–1.18× against 1.12–1.16×); dQ converted by each head's last block instead of a
+// kernel of its own (results/ch08-8d-h100-2026-11-28: 1.13× against 1.14× not causal, 1.12× against 1.10× causal).
 // Limitation: the backward also runs delta, zeroes the dQ buffer and converts it (0.03–0.11× cuDNN's time); at
 // D = 64 both consumers add a partial dQ tile per query tile; the two consumers meet at a barrier every tile (for dS),
 // so one's stall is the other's; small problems are paced by the host (0.2–0.8 ms per backward() call on the H100's).
@@ -53,12 +54,6 @@ constexpr int SWIZZLE_ATOM = 1024;
 constexpr int DQ_TILE = 64 * 64;              // fp32 elements of one dQ tile: 64 query rows × 64 columns
 constexpr int DQ_BUFS = 2;                    // dQ tiles in shared memory per consumer, alternating per query tile
 constexpr int BAR_DS = 1, BAR_WG = 2;         // named barriers: both consumers (dS written); one consumer (+ c)
-// dQ's last step. 0: the launcher converts the fp32 buffer (a Triton kernel); 1: the last block of each head to finish
-// converts the head's buffer itself, read from L2; 2: as 1, and it zeroes the buffer behind it for the next call
-// (the launcher then keeps one zeroed buffer instead of zeroing a new one per call).
-#ifndef FT_FUSED_DQ
-#define FT_FUSED_DQ 0
-#endif
 
 template <int D>
 struct Layout {
@@ -122,13 +117,6 @@ __device__ __forceinline__ float2 ld_shared_v2(u32 addr) {
     float2 r;
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "r"(addr) : "memory");
     return r;
-}
-
-// The async proxy's writes to global memory (the bulk adds, once waited for) ordered before this thread's later
-// generic-proxy accesses, then made visible GPU-wide.
-__device__ __forceinline__ void release_bulk_writes() {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __threadfence();
 }
 
 template <int D>
@@ -249,56 +237,9 @@ __device__ __forceinline__ void mma_rs_tile(float (&acc)[D / 2], const float (&x
     wgmma_commit();
 }
 
-// After the loop, both consumers (256 threads): count this block done for its head; the head's last block turns the
-// head's fp32 dQ buffer (every block's bulk adds complete, read from L2) into fp16 dQ rows. Each thread reads 16
-// bytes of a tile in accumulator order: lanes l, l + 1 (l % 4 even) of one warp, i.e. 4 adjacent columns of one row.
-template <int D>
-__device__ __forceinline__ void finish_dq(u32 flag, float* __restrict__ DQ, __half* __restrict__ DQH,
-                                          unsigned* __restrict__ DONE, int bh, int q_tiles, int S) {
-    const int t = threadIdx.x - 128;
-    named_bar_sync(BAR_DS, 2 * 128);                                    // both consumers' bulk adds complete
-    if (t == 0) {
-        __threadfence();
-        const bool last = atomicAdd(DONE + bh, 1u) == gridDim.x - 1;
-        if (last) DONE[bh] = 0;                                         // ready for the next call
-        __threadfence();
-        st_shared(flag, last);
-    }
-    named_bar_sync(BAR_DS, 2 * 128);
-    if (!ld_shared(flag)) return;
-    constexpr int COL_BLOCKS = D / 64, PER_TILE = DQ_TILE / 4;          // float4s per tile
-    float4* src = reinterpret_cast<float4*>(DQ + (size_t)bh * q_tiles * COL_BLOCKS * DQ_TILE);
-    const int n4 = q_tiles * COL_BLOCKS * PER_TILE;
-    constexpr int U = 8;                                                // loads in flight per thread (L2 latency)
-    for (int p0 = t; p0 < n4; p0 += U * 2 * 128) {
-        float4 x[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int p = p0 + u * 2 * 128;
-            x[u] = p < n4 ? __ldcg(src + p) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int p = p0 + u * 2 * 128;
-            if (p >= n4) break;
-            if (FT_FUSED_DQ == 2) __stcg(src + p, make_float4(0.f, 0.f, 0.f, 0.f));
-            const int tile = p / PER_TILE, f = 2 * (p % PER_TILE);      // f: the first float2 (j·128 + thread)
-            const int j = f / 128, warp = (f % 128) / 32, lane = f % 32;
-            const int row = 16 * warp + 8 * (j % 2) + lane / 4, col = 8 * (j / 2) + 2 * (lane % 4);
-            const int q = (tile / COL_BLOCKS) * 64 + row;
-            if (q >= S) continue;
-            uint2 h;
-            h.x = pack_half2(x[u].x, x[u].y);
-            h.y = pack_half2(x[u].z, x[u].w);
-            *reinterpret_cast<uint2*>(DQH + ((size_t)bh * S + q) * D + (tile % COL_BLOCKS) * 64 + col) = h;
-        }
-    }
-}
-
 // A consumer warpgroup: keys kc0 .. kc0 + 63 against every query tile the producer streams.
 template <int D>
-__device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __restrict__ DQ, __half* __restrict__ DQH,
-                                         unsigned* __restrict__ DONE, __half* __restrict__ DK,
+__device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __restrict__ DQ, __half* __restrict__ DK,
                                          __half* __restrict__ DV, int row0, int k0, int m_lo, int n_tiles,
                                          int q_tiles, int S, float scale, int causal) {
     using L = Layout<D>;
@@ -404,10 +345,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         fence_regs(dq);
         store_dq(i0, t);
     }
-    if (tid == 0) {
-        bulk_wait_all();
-        if (FT_FUSED_DQ) release_bulk_writes();
-    }
+    if (tid == 0) bulk_wait_all();
 
     // dK = scale·Σ dSᵀ Q, dV = Σ Pᵀ dO, fp16, rows (keys) < S.
 #pragma unroll
@@ -423,15 +361,13 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
             *reinterpret_cast<u32*>(gv + 8 * n8) = pack_half2(dv[i], dv[i + 1]);
         }
     }
-    if (FT_FUSED_DQ) finish_dq<D>(sm.ld, DQ, DQH, DONE, row0 / S, q_tiles, S);
 }
 
 template <int D>
 __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUtensorMap* tmK,
                                                const CUtensorMap* tmV, const CUtensorMap* tmdO,
-                                               const float* LSE, const float* DELTA, float* DQ, __half* DQH,
-                                               unsigned* DONE, __half* DK, __half* DV, int S, float scale,
-                                               int causal) {
+                                               const float* LSE, const float* DELTA, float* DQ, __half* DK,
+                                               __half* DV, int S, float scale, int causal) {
     const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
     const Smem<D> sm(base);
     const int wg = threadIdx.x / 128;
@@ -458,20 +394,18 @@ __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUt
         else if (threadIdx.x / 32 == 1) load_rows<D>(sm, LSE, DELTA, row0, m_lo, n_tiles, S);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
-        consumer<D>(sm, wg - 1, DQ, DQH, DONE, DK, DV, row0, k0, m_lo, n_tiles, q_tiles, S, scale, causal);
+        consumer<D>(sm, wg - 1, DQ, DK, DV, row0, k0, m_lo, n_tiles, q_tiles, S, scale, causal);
     }
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ws_backward_d64(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO, const float* LSE,
-    const float* DELTA, float* DQ, __half* DQH, unsigned* DONE, __half* DK, __half* DV, int S, float scale,
-    int causal) {
-    backward_block<64>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DQH, DONE, DK, DV, S, scale, causal);
+    const float* DELTA, float* DQ, __half* DK, __half* DV, int S, float scale, int causal) {
+    backward_block<64>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DK, DV, S, scale, causal);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ws_backward_d128(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO, const float* LSE,
-    const float* DELTA, float* DQ, __half* DQH, unsigned* DONE, __half* DK, __half* DV, int S, float scale,
-    int causal) {
-    backward_block<128>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DQH, DONE, DK, DV, S, scale, causal);
+    const float* DELTA, float* DQ, __half* DK, __half* DV, int S, float scale, int causal) {
+    backward_block<128>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DK, DV, S, scale, causal);
 }

@@ -48,30 +48,12 @@ def shared_bytes(D: int) -> int:
     return kv + tiles + ds + dq + rows + bars + ALIGN
 
 
-def dq_buffer(B: int, H: int, S: int, D: int, device, *, counters: bool = False):
+def dq_buffer(B: int, H: int, S: int, D: int, device) -> torch.Tensor:
     """The fp32 buffer the blocks add dQ into, zeroed: per head, per 64-row query tile, per 64 columns, one 16 KB
     tile in the order a consumer's wgmma accumulator holds it (so that its warps write shared memory without bank
     conflicts): [n8 (8)][h (2)][warp (4)][lane // 4 (8)][lane % 4 (4)][e (2)] for row 16·warp + 8·h + lane // 4 and
-    column 8·n8 + 2·(lane % 4) + e. ``counters``: also return one zeroed int32 per head (the blocks count themselves
-    done in it when the kernel converts dQ itself), from the same allocation and the same fill."""
-    shape = (B * H, triton.cdiv(S, 64), D // 64, 8, 2, 4, 8, 4, 2)
-    if not counters:
-        return torch.zeros(shape, dtype=torch.float32, device=device)
-    n = B * H * triton.cdiv(S, 64) * D * 64
-    flat = torch.zeros(n + B * H, dtype=torch.float32, device=device)
-    return flat[:n].view(shape), flat[n:].view(torch.int32)
-
-
-_kept: dict = {}            # FT_FUSED_DQ=2: (device, stream, shape) → a buffer the kernel leaves zeroed
-
-
-def _kept_buffer(B, H, S, D, device):
-    key = (device, torch.cuda.current_stream(device).cuda_stream, B, H, S, D)
-    if key not in _kept:
-        while len(_kept) >= 2:                       # at most two shapes held
-            _kept.pop(next(iter(_kept)))
-        _kept[key] = dq_buffer(B, H, S, D, device, counters=True)
-    return _kept[key]
+    column 8·n8 + 2·(lane % 4) + e."""
+    return torch.zeros(B * H, triton.cdiv(S, 64), D // 64, 8, 2, 4, 8, 4, 2, dtype=torch.float32, device=device)
 
 
 @triton.jit
@@ -109,9 +91,7 @@ def _module():
 def variant(**defines):
     """The kernel built with macros defined (``FT_NAME=value``), for an A/B in one process: ``backward(..., module=m)``
     (scripts/ch08d_parts.py). A variant that changes the shared memory it needs must also change :func:`shared_bytes`."""
-    m = load_cuda(SOURCE, arch="sm_90a", defines=defines)
-    m._fused_dq = int(defines.get("FT_FUSED_DQ", 0))
-    return m
+    return load_cuda(SOURCE, arch="sm_90a", defines=defines)
 
 
 def backward(q, k, v, o, lse, do, *, causal: bool = False, module=None):
@@ -122,23 +102,16 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, module=None):
     B, H, S, D = q.shape
     if B * H > 65535:
         raise ValueError(f"B·H = {B * H} exceeds the grid's y limit (65535)")
-    module = module or _module()
-    fused = getattr(module, "_fused_dq", 0)
     delta = preprocess(o, do)                                                   # [B, H, S]
-    if fused == 2:
-        dq_acc, done = _kept_buffer(B, H, S, D, q.device)                        # zero: the kernel left it so
-    else:
-        dq_acc, done = dq_buffer(B, H, S, D, q.device, counters=True)            # the blocks add into it
-    dq = torch.empty_like(q) if fused else None
+    dq_acc = dq_buffer(B, H, S, D, q.device)                                     # the blocks add into it
     dk, dv = torch.empty_like(q), torch.empty_like(q)
     rows = B * H * S
     tq, tdo = (tma.tensor_map(t.view(rows, D), box_rows=Br, box_cols=BOX) for t in (q, do))
     tk, tv = (tma.tensor_map(t.view(rows, D), box_rows=Bc, box_cols=BOX) for t in (k, v))
-    tma.launch(module.kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
+    tma.launch((module or _module()).kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
                shared_mem=shared_bytes(D),
-               args=(tq, tk, tv, tdo, lse, delta, dq_acc, dq if fused else 0, done, dk, dv, S, D ** -0.5,
-                     int(causal)))
-    return (dq if fused else dq_from_buffer(dq_acc, B, H, S, D, q.dtype)), dk, dv
+               args=(tq, tk, tv, tdo, lse, delta, dq_acc, dk, dv, S, D ** -0.5, int(causal)))
+    return dq_from_buffer(dq_acc, B, H, S, D, q.dtype), dk, dv
 
 
 FlashAttentionWS, attention = differentiable(forward, backward)   # attention(q, k, v, *, causal=False)
