@@ -68,7 +68,7 @@ def main():
 
     def kernel_alone():
         tma.launch(kern, grid=(triton.cdiv(S, d.Bc), B * H), block=(d.THREADS,), shared_mem=d.shared_bytes(D),
-                   args=(tq, tk, tv, tdo, lse, delta, acc, 0, 0, dk, dv, S, D ** -0.5, int(causal)))
+                   args=(tq, tk, tv, tdo, lse, delta, acc, dk, dv, S, D ** -0.5, int(causal)))
 
     parts = {
         "SDPA-cudnn bwd": sdpa_bwd,

@@ -271,6 +271,7 @@ def test_step_8d_s_page_and_header_quote_their_runs():
             ("4_32_4096_128", "4_32_4096_128--causal", "2_32_8192_128", "2_32_8192_128--causal")]
     fused = [ab(f"ch08-8d-h100-2026-11-28/ab4-{n}.json", "FT_FUSED_DQ=1") for n in
              ("4_32_4096_128", "4_32_4096_128--causal")]
+    warp, warp_kept = ab("ch08-8d-h100-2026-11-28/ab5-4_32_4096_128.json", "FT_DQ_WARP=1")
     parts = [json.loads(p.read_text()) for p in sorted((res / "ch08-8d-h100-2026-11-27-c").glob("parts-d128*.json"))
              + sorted((res / "ch08-8d-h100-2026-11-27-d").glob("parts-*.json"))]
     around = [sum(p["parts"][n]["median_us"] for n in ("delta (preprocess)", "zero dQ buffer", "dQ convert"))
@@ -297,6 +298,7 @@ def test_step_8d_s_page_and_header_quote_their_runs():
                   f"converts it ({min(around):.2f}–{max(around):.2f}× cuDNN's time)",
                   f"(results/ch08-8d-h100-2026-11-28: {fused[0][0]:.2f}× against {fused[0][1]:.2f}× not causal, "
                   f"{fused[1][0]:.2f}× against {fused[1][1]:.2f}× causal)",
+                  f"converting completed tiles ({warp:.2f}× against {warp_kept:.2f}×",
                   f"({min(host):.1f}–{max(host):.1f} ms per backward() call"):
         assert quote in header, quote
     py = " ".join((ROOT / "flashtutor/kernels/k08d_backward_ws.py").read_text().split())

@@ -36,7 +36,9 @@
 // and slower: storing dQ one tile late, overlapping the next Sᵀ (1.36× against 1.16×); each consumer computing all of
 // dQ over its own 64 keys (1.38×); one dQ buffer whose thread waits for the bulk copy's read right after issuing it
 // (1.43×); dS from the fp16 P (1.15–1.18× against 1.12–1.16×); dQ converted by each head's last block instead of a
-// kernel of its own (results/ch08-8d-h100-2026-11-28: 1.13× against 1.14× not causal, 1.12× against 1.10× causal).
+// kernel of its own (results/ch08-8d-h100-2026-11-28: 1.13× against 1.14× not causal, 1.12× against 1.10× causal);
+// the producer's idle warps adding dQ, counting each tile's blocks and converting completed tiles (2.01× against
+// 1.13×: the consumers wait for their dQ buffers).
 // Limitation: the backward also runs delta, zeroes the dQ buffer and converts it (0.03–0.11× cuDNN's time); at
 // D = 64 both consumers add a partial dQ tile per query tile; the two consumers meet at a barrier every tile (for dS),
 // so one's stall is the other's; small problems are paced by the host (0.2–0.8 ms per backward() call on the H100's).
@@ -54,14 +56,6 @@ constexpr int SWIZZLE_ATOM = 1024;
 constexpr int DQ_TILE = 64 * 64;              // fp32 elements of one dQ tile: 64 query rows × 64 columns
 constexpr int DQ_BUFS = 2;                    // dQ tiles in shared memory per consumer, alternating per query tile
 constexpr int BAR_DS = 1, BAR_WG = 2;         // named barriers: both consumers (dS written); one consumer (+ c)
-// FT_DQ_WARP=1: the producer's idle warps finish dQ. The consumers only hand their dQ tile over (an mbarrier); warp 2
-// issues the bulk adds, counts each finished tile in a per-tile counter (every block that adds into the tile does),
-// and the block that completes a tile queues it for warp 3, which converts it to fp16 dQ and zeroes it again — so no
-// separate conversion kernel and no zero fill per call (the launcher keeps the buffer, zero between calls).
-#ifndef FT_DQ_WARP
-#define FT_DQ_WARP 0
-#endif
-constexpr int JOBS = 8;                       // FT_DQ_WARP: tiles queued for conversion
 
 template <int D>
 struct Layout {
@@ -80,10 +74,7 @@ struct Layout {
     static constexpr int DQ_OFF = DS_OFF + 2 * DS_BYTES;
     static constexpr int LD_OFF = DQ_OFF + CONSUMERS * DQ_BUFS * DQ_BYTES;   // [STAGES] slots
     static constexpr int BAR_OFF = LD_OFF + STAGES * LD_BYTES;      // kv_full, qdo_full[STAGES], qdo_empty[STAGES]
-    // FT_DQ_WARP: dq_ready[c][b], dq_free[c][b], job_full[JOBS], job_empty[JOBS], then the jobs (ints)
-    static constexpr int DQW_OFF = BAR_OFF + 8 * (1 + 2 * STAGES);
-    static constexpr int JOB_OFF = DQW_OFF + 8 * (2 * CONSUMERS * DQ_BUFS + 2 * JOBS);
-    static constexpr int BYTES = FT_DQ_WARP ? JOB_OFF + 4 * JOBS : DQW_OFF;
+    static constexpr int BYTES = BAR_OFF + 8 * (1 + 2 * STAGES);
     static_assert(D % BOX == 0 && D <= 128, "D must be 64 or 128");
     static_assert(T_BYTES % SWIZZLE_ATOM == 0 && DS_BYTES % SWIZZLE_ATOM == 0, "tiles start on swizzle atoms");
 };
@@ -107,12 +98,6 @@ __device__ __forceinline__ void wgmma_ss_tt<64>(float (&d)[32], u64 desc_a, u64 
 }
 #undef FT_D8
 
-// The async proxy's writes to global memory (bulk adds, once waited for) ordered before this thread's later
-// generic-proxy accesses, and made visible GPU-wide.
-__device__ __forceinline__ void release_bulk_writes() {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __threadfence();
-}
 // Shared-memory writes made by threads, then read by the asynchronous proxy (wgmma, a bulk copy): fence them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // dst[0 : bytes) += src[0 : bytes) (fp32, global ← shared), done by the copy engine; a bulk group per call.
@@ -138,14 +123,12 @@ __device__ __forceinline__ float2 ld_shared_v2(u32 addr) {
 
 template <int D>
 struct Smem {
-    u32 k, v, q, dO, ds, dq, ld, kv_full, qdo_full, qdo_empty, dq_ready, dq_free, job_full, job_empty, jobs;
+    u32 k, v, q, dO, ds, dq, ld, kv_full, qdo_full, qdo_empty;
     __device__ explicit Smem(u32 base) {
         using L = Layout<D>;
         k = base + L::K_OFF; v = base + L::V_OFF; q = base + L::Q_OFF; dO = base + L::DO_OFF;
         ds = base + L::DS_OFF; dq = base + L::DQ_OFF; ld = base + L::LD_OFF;
         kv_full = base + L::BAR_OFF; qdo_full = kv_full + 8; qdo_empty = qdo_full + 8 * STAGES;
-        dq_ready = base + L::DQW_OFF; dq_free = dq_ready + 8 * CONSUMERS * DQ_BUFS;
-        job_full = dq_free + 8 * CONSUMERS * DQ_BUFS; job_empty = job_full + 8 * JOBS; jobs = base + L::JOB_OFF;
     }
 };
 
@@ -256,91 +239,6 @@ __device__ __forceinline__ void mma_rs_tile(float (&acc)[D / 2], const float (&x
     wgmma_commit();
 }
 
-// FT_DQ_WARP, the producer's warp 2 (one lane): for each query tile, wait for each consumer's dQ tile, add it into the
-// buffer (one bulk add each), hand the shared-memory tile back once read; once the adds of a tile are complete, count
-// the block done with that tile; the block that completes a tile (every block whose keys see it has counted) queues
-// it for warp 3. Counters: one per 64 × 64 tile of the buffer, zero between calls (warp 3 resets them).
-template <int D>
-__device__ __forceinline__ void dq_adder(const Smem<D>& sm, float* __restrict__ DQ, unsigned* __restrict__ CNT,
-                                         int bh, int m_lo, int n_tiles, int q_tiles, int causal) {
-    using L = Layout<D>;
-    constexpr int NB = D / 64;                                          // 64-column blocks per query tile
-    int pushed = 0;
-    auto count = [&](int t) {                                           // tile t's adds are complete
-        const int qt = m_lo / Br + t;
-        const unsigned expect = causal ? min(gridDim.x, unsigned(qt * Br / Bc + 1)) : gridDim.x;
-        release_bulk_writes();
-#pragma unroll
-        for (int blk = 0; blk < NB; ++blk) {
-            const int tb = (bh * q_tiles + qt) * NB + blk;
-            if (atomicAdd(CNT + tb, 1u) != expect - 1) continue;
-            __threadfence();                                            // the other blocks' adds, seen
-            const int j = pushed % JOBS;
-            if (pushed >= JOBS) mbar_wait(sm.job_empty + 8 * j, (pushed / JOBS - 1) & 1);
-            st_shared(sm.jobs + 4 * j, tb);
-            mbar_arrive(sm.job_full + 8 * j);
-            ++pushed;
-        }
-    };
-    for (int t = 0; t < n_tiles; ++t) {
-        const int b = t % DQ_BUFS, qt = m_lo / Br + t;
-#pragma unroll
-        for (int c = 0; c < CONSUMERS; ++c) {
-            mbar_wait(sm.dq_ready + 8 * (c * DQ_BUFS + b), (t / DQ_BUFS) & 1);
-            const size_t tile = (size_t)(bh * q_tiles + qt) * NB + (L::SPLIT ? c : 0);
-            bulk_reduce_add_f32(DQ + tile * DQ_TILE, sm.dq + (c * DQ_BUFS + b) * L::DQ_BYTES, L::DQ_BYTES);
-        }
-        bulk_wait_read<0>();
-#pragma unroll
-        for (int c = 0; c < CONSUMERS; ++c) mbar_arrive(sm.dq_free + 8 * (c * DQ_BUFS + b));
-        if (t > 0) {
-            asm volatile("cp.async.bulk.wait_group %0;" :: "n"(CONSUMERS) : "memory");   // tile t − 1's complete
-            count(t - 1);
-        }
-    }
-    bulk_wait_all();
-    count(n_tiles - 1);
-    const int j = pushed % JOBS;                                         // the stop job
-    if (pushed >= JOBS) mbar_wait(sm.job_empty + 8 * j, (pushed / JOBS - 1) & 1);
-    st_shared(sm.jobs + 4 * j, -1);
-    mbar_arrive(sm.job_full + 8 * j);
-}
-
-// FT_DQ_WARP, the producer's warp 3: each queued tile (64 query rows × 64 columns, fp32 in accumulator order, read
-// from L2) to fp16 dQ rows, the tile and its counter zeroed for the next call. Two 16-byte loads in flight per lane
-// (this warpgroup runs on 24 registers).
-template <int D>
-__device__ __forceinline__ void dq_converter(const Smem<D>& sm, float* __restrict__ DQ, __half* __restrict__ DQH,
-                                             unsigned* __restrict__ CNT, int q_tiles, int S) {
-    constexpr int NB = D / 64, PER_TILE = DQ_TILE / 4;
-    const int lane = threadIdx.x % 32;
-    for (int n = 0;; ++n) {
-        const int j = n % JOBS;
-        mbar_wait(sm.job_full + 8 * j, (n / JOBS) & 1);
-        const int tb = ld_shared(sm.jobs + 4 * j);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(sm.job_empty + 8 * j);
-        if (tb < 0) return;
-        if (lane == 0) CNT[tb] = 0;                                     // every block has counted: reset it now
-        float4* src = reinterpret_cast<float4*>(DQ) + (size_t)tb * PER_TILE;
-        const int blk = tb % NB, qt = (tb / NB) % q_tiles, bh = tb / NB / q_tiles;
-#pragma unroll 2
-        for (int p = lane; p < PER_TILE; p += 32) {
-            const float4 x = __ldcg(src + p);
-            __stcg(src + p, make_float4(0.f, 0.f, 0.f, 0.f));
-            const int f = 2 * p, jj = f / 128, warp = (f % 128) / 32, l = f % 32;
-            const int row = 16 * warp + 8 * (jj % 2) + l / 4, col = 8 * (jj / 2) + 2 * (l % 4);
-            const int q = qt * 64 + row;
-            if (q < S) {
-                uint2 h;
-                h.x = pack_half2(x.x, x.y);
-                h.y = pack_half2(x.z, x.w);
-                *reinterpret_cast<uint2*>(DQH + ((size_t)bh * S + q) * D + blk * 64 + col) = h;
-            }
-        }
-    }
-}
-
 // A consumer warpgroup: keys kc0 .. kc0 + 63 against every query tile the producer streams.
 template <int D>
 __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __restrict__ DQ, __half* __restrict__ DK,
@@ -375,9 +273,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
             st_shared_v2(sdQ + (j * 128 + tid) * 8, dq[2 * j] * scale, dq[2 * j + 1] * scale);
         fence_proxy_async();
         named_bar_sync(BAR_WG + c, 128);
-        if (FT_DQ_WARP) {
-            if (tid == 0) mbar_arrive(sm.dq_ready + 8 * (c * DQ_BUFS + t % DQ_BUFS));   // warp 2 adds it
-        } else if (tid == 0) {
+        if (tid == 0) {
             const size_t tile = (size_t)(row0 / S * q_tiles + qi0 / Br) * (D / 64) + dq_block;
             bulk_reduce_add_f32(DQ + tile * DQ_TILE, sdQ, L::DQ_BYTES);
         }
@@ -431,12 +327,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         fence_proxy_async();                                            // dSᵀ written: visible to wgmma
         // The bulk add that read this tile's dQ buffer (two tiles ago) is done reading it: every thread that
         // passes the barrier below may write the buffer.
-        if (FT_DQ_WARP) {
-            if (tid == 0 && t >= DQ_BUFS)                               // warp 2 has read this buffer
-                mbar_wait(sm.dq_free + 8 * (c * DQ_BUFS + t % DQ_BUFS), (t / DQ_BUFS - 1) & 1);
-        } else if (tid == 0) {
-            bulk_wait_read<DQ_BUFS - 1>();
-        }
+        if (tid == 0) bulk_wait_read<DQ_BUFS - 1>();
         if (L::SPLIT) named_bar_sync(BAR_DS, 2 * 128);                  // both halves of dSᵀ are in place
         else named_bar_sync(BAR_WG + c, 128);
 
@@ -456,7 +347,7 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
         fence_regs(dq);
         store_dq(i0, t);
     }
-    if (!FT_DQ_WARP && tid == 0) bulk_wait_all();
+    if (tid == 0) bulk_wait_all();
 
     // dK = scale·Σ dSᵀ Q, dV = Σ Pᵀ dO, fp16, rows (keys) < S.
 #pragma unroll
@@ -477,9 +368,8 @@ __device__ __forceinline__ void consumer(const Smem<D>& sm, int c, float* __rest
 template <int D>
 __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUtensorMap* tmK,
                                                const CUtensorMap* tmV, const CUtensorMap* tmdO,
-                                               const float* LSE, const float* DELTA, float* DQ, __half* DQH,
-                                               unsigned* CNT, __half* DK, __half* DV, int S, float scale,
-                                               int causal) {
+                                               const float* LSE, const float* DELTA, float* DQ, __half* DK,
+                                               __half* DV, int S, float scale, int causal) {
     const u32 base = (smem_u32(smem_raw) + SWIZZLE_ATOM - 1) & ~u32(SWIZZLE_ATOM - 1);
     const Smem<D> sm(base);
     const int wg = threadIdx.x / 128;
@@ -496,16 +386,6 @@ __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUt
             mbar_init(sm.qdo_full + 8 * s, 1 + 32);                     // the TMA thread + the row warp's lanes
             mbar_init(sm.qdo_empty + 8 * s, CONSUMERS);
         }
-        if (FT_DQ_WARP) {
-            for (int i = 0; i < CONSUMERS * DQ_BUFS; ++i) {
-                mbar_init(sm.dq_ready + 8 * i, 1);
-                mbar_init(sm.dq_free + 8 * i, 1);
-            }
-            for (int i = 0; i < JOBS; ++i) {
-                mbar_init(sm.job_full + 8 * i, 1);
-                mbar_init(sm.job_empty + 8 * i, 1);
-            }
-        }
         fence_barrier_init();
     }
     __syncthreads();
@@ -514,8 +394,6 @@ __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUt
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x == 0) load_tiles<D>(sm, tmQ, tmK, tmV, tmdO, row0, k0, m_lo, n_tiles);
         else if (threadIdx.x / 32 == 1) load_rows<D>(sm, LSE, DELTA, row0, m_lo, n_tiles, S);
-        else if (FT_DQ_WARP && threadIdx.x == 64) dq_adder<D>(sm, DQ, CNT, blockIdx.y, m_lo, n_tiles, q_tiles, causal);
-        else if (FT_DQ_WARP && threadIdx.x / 32 == 3) dq_converter<D>(sm, DQ, DQH, CNT, q_tiles, S);
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
         consumer<D>(sm, wg - 1, DQ, DK, DV, row0, k0, m_lo, n_tiles, q_tiles, S, scale, causal);
@@ -524,14 +402,12 @@ __device__ __forceinline__ void backward_block(const CUtensorMap* tmQ, const CUt
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ws_backward_d64(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO, const float* LSE,
-    const float* DELTA, float* DQ, __half* DQH, unsigned* CNT, __half* DK, __half* DV, int S, float scale,
-    int causal) {
-    backward_block<64>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DQH, CNT, DK, DV, S, scale, causal);
+    const float* DELTA, float* DQ, __half* DK, __half* DV, int S, float scale, int causal) {
+    backward_block<64>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DK, DV, S, scale, causal);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ws_backward_d128(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO, const float* LSE,
-    const float* DELTA, float* DQ, __half* DQH, unsigned* CNT, __half* DK, __half* DV, int S, float scale,
-    int causal) {
-    backward_block<128>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DQH, CNT, DK, DV, S, scale, causal);
+    const float* DELTA, float* DQ, __half* DK, __half* DV, int S, float scale, int causal) {
+    backward_block<128>(&tmQ, &tmK, &tmV, &tmdO, LSE, DELTA, DQ, DK, DV, S, scale, causal);
 }

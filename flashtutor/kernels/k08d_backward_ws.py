@@ -33,22 +33,18 @@ BOX = 64                    # fp16 columns per TMA box: 128 bytes, the swizzle s
 ALIGN = 1024                # the kernel aligns its tiles to a swizzle atom itself
 DQ_TILE = 64 * 64           # fp32 elements of one dQ tile (64 query rows × 64 columns)
 DQ_BUFS = 2                 # dQ tiles in shared memory per consumer
-JOBS = 8                    # FT_DQ_WARP: tiles queued for conversion
 forward = base.forward
 _mod = None
 
 
-def shared_bytes(D: int, dq_warp: bool = False) -> int:
-    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack (``dq_warp``: the
-    FT_DQ_WARP build's hand-off barriers and job queue)."""
+def shared_bytes(D: int) -> int:
+    """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file + ALIGN bytes of slack."""
     kv = 2 * Bc * D * 2                         # K and V of the block
     tiles = 2 * STAGES * Br * D * 2             # the Q and dO rings
     rows = STAGES * 2 * Br * 4                  # each slot's lse and delta
     ds = 2 * Bc * Br * 2                        # dSᵀ of the block, two buffers
     dq = CONSUMERS * DQ_BUFS * DQ_TILE * 4      # each consumer's fp32 dQ tiles
     bars = 8 * (1 + 2 * STAGES)
-    if dq_warp:
-        bars += 8 * (2 * CONSUMERS * DQ_BUFS + 2 * JOBS) + 4 * JOBS
     return kv + tiles + ds + dq + rows + bars + ALIGN
 
 
@@ -58,22 +54,6 @@ def dq_buffer(B: int, H: int, S: int, D: int, device) -> torch.Tensor:
     conflicts): [n8 (8)][h (2)][warp (4)][lane // 4 (8)][lane % 4 (4)][e (2)] for row 16·warp + 8·h + lane // 4 and
     column 8·n8 + 2·(lane % 4) + e."""
     return torch.zeros(B * H, triton.cdiv(S, 64), D // 64, 8, 2, 4, 8, 4, 2, dtype=torch.float32, device=device)
-
-
-_kept: dict = {}            # FT_DQ_WARP: (device, stream, shape) → (buffer, counters), which the kernel leaves zero
-
-
-def _kept_buffer(B, H, S, D, device):
-    """The FT_DQ_WARP build's dQ buffer and its per-tile counters, zeroed once and left zero by every call (its warp 3
-    zeroes each tile and counter after converting it); one per stream, so that calls on two streams never share one;
-    at most two shapes kept."""
-    key = (str(device), torch.cuda.current_stream(device).cuda_stream, B, H, S, D)
-    if key not in _kept:
-        while len(_kept) >= 2:
-            _kept.pop(next(iter(_kept)))
-        acc = dq_buffer(B, H, S, D, device)
-        _kept[key] = acc, torch.zeros(acc.numel() // DQ_TILE, dtype=torch.int32, device=device)
-    return _kept[key]
 
 
 @triton.jit
@@ -111,9 +91,7 @@ def _module():
 def variant(**defines):
     """The kernel built with macros defined (``FT_NAME=value``), for an A/B in one process: ``backward(..., module=m)``
     (scripts/ch08d_parts.py). A variant that changes the shared memory it needs must also change :func:`shared_bytes`."""
-    m = load_cuda(SOURCE, arch="sm_90a", defines=defines)
-    m._dq_warp = bool(int(defines.get("FT_DQ_WARP", 0)))
-    return m
+    return load_cuda(SOURCE, arch="sm_90a", defines=defines)
 
 
 def backward(q, k, v, o, lse, do, *, causal: bool = False, module=None):
@@ -124,22 +102,16 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, module=None):
     B, H, S, D = q.shape
     if B * H > 65535:
         raise ValueError(f"B·H = {B * H} exceeds the grid's y limit (65535)")
-    module = module or _module()
-    dq_warp = getattr(module, "_dq_warp", False)
     delta = preprocess(o, do)                                                   # [B, H, S]
-    if dq_warp:
-        (dq_acc, counters), dq = _kept_buffer(B, H, S, D, q.device), torch.empty_like(q)
-    else:
-        dq_acc, counters, dq = dq_buffer(B, H, S, D, q.device), 0, None          # the blocks add into dq_acc
+    dq_acc = dq_buffer(B, H, S, D, q.device)                                     # the blocks add into it
     dk, dv = torch.empty_like(q), torch.empty_like(q)
     rows = B * H * S
     tq, tdo = (tma.tensor_map(t.view(rows, D), box_rows=Br, box_cols=BOX) for t in (q, do))
     tk, tv = (tma.tensor_map(t.view(rows, D), box_rows=Bc, box_cols=BOX) for t in (k, v))
-    tma.launch(module.kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
-               shared_mem=shared_bytes(D, dq_warp),
-               args=(tq, tk, tv, tdo, lse, delta, dq_acc, 0 if dq is None else dq, counters, dk, dv, S,
-                     D ** -0.5, int(causal)))
-    return (dq_from_buffer(dq_acc, B, H, S, D, q.dtype) if dq is None else dq), dk, dv
+    tma.launch((module or _module()).kernel(KERNELS[D]), grid=(triton.cdiv(S, Bc), B * H), block=(THREADS,),
+               shared_mem=shared_bytes(D),
+               args=(tq, tk, tv, tdo, lse, delta, dq_acc, dk, dv, S, D ** -0.5, int(causal)))
+    return dq_from_buffer(dq_acc, B, H, S, D, q.dtype), dk, dv
 
 
 FlashAttentionWS, attention = differentiable(forward, backward)   # attention(q, k, v, *, causal=False)
