@@ -168,3 +168,40 @@ def exercise_excerpt(solution: Path, first: str, last: str, caption: str) -> str
     i, j = span(lines, first, last)
     i -= lines[i - 1].startswith("@")
     return code("\n".join(lines[i:j + 1]), caption=caption, first_line=i + 1)
+
+
+_BLOCK = re.compile(r"(`{3,})\{code-block\} \S+\n((?::[a-z-]+: [^\n]*\n)*)\n(.*?)\n\1", re.S)
+
+
+def stale_listings(notebook: Path, root: Path) -> list[str]:
+    """The source listings in ``notebook``'s stored outputs that no longer match their files: a block captioned
+    "<file>, lines a–b" (or ", line a") must equal those lines of the file now, one captioned "<file>" the file from
+    its first numbered line on, one captioned "<file>: <name>" a run of the file's lines. Other captions (an
+    exercise's excerpt, a diff of two steps) are not checked. One line per stale listing: cell, caption, why."""
+    import json
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    out = []
+    for n, cell in enumerate(cells):
+        for o in cell.get("outputs", []):
+            text = o.get("data", {}).get("text/markdown") or o.get("text") or ""
+            text = "".join(text) if isinstance(text, list) else text
+            for m in _BLOCK.finditer(text):
+                opts = dict(re.findall(r":([a-z-]+): ([^\n]*)", m.group(2)))
+                caption, body = opts.get("caption", ""), m.group(3).split("\n")
+                rng = re.fullmatch(r"(.+?), lines? (\d+)(?:–(\d+))?", caption)
+                name = rng.group(1) if rng else caption.split(": ")[0]
+                path = Path(root) / name
+                if not name or not path.is_file():
+                    continue
+                lines = path.read_text(encoding="utf-8").splitlines()
+                if rng:
+                    a, b = int(rng.group(2)), int(rng.group(3) or rng.group(2))
+                    ok = lines[a - 1:b] == body
+                elif ": " in caption:
+                    ok = any(lines[i:i + len(body)] == body for i in range(len(lines)))
+                else:
+                    a = int(opts.get("lineno-start", 1))
+                    ok = lines[a - 1:a - 1 + len(body)] == body
+                if not ok:
+                    out.append(f"cell {n}: {caption} differs from the file now")
+    return out
