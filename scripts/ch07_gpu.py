@@ -80,6 +80,7 @@ VARIANTS = {
     "causal d128 Bc128":     (dict(tiles={(128, True): 128}), [(128, True)]),
     "causal d128 Bc160":     (dict(tiles={(128, True): 160}), [(128, True)]),
     "causal d128 Bc192":     (dict(tiles={(128, True): 192}), [(128, True)]),
+    "desc increments":       (dict(desc_inc=True), [(128, False), (128, True), (64, False), (64, True)]),
 }
 LIMITS = {"probes": 120, "step": 150, "stub": 90, "sweep": 400}   # seconds per subprocess
 STREAM_ROUNDS = 9                                              # rounds of the grader-style timing per shape

@@ -75,6 +75,9 @@
 #ifndef MAX_STAGES
 #define MAX_STAGES 4                          // ring slots (K and V each) at most, however many would fit
 #endif
+#ifndef FT_DESC_INC
+#define FT_DESC_INC 0                         // 1: wgmma descriptors built once per tile, stepped by adds
+#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -382,22 +385,40 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     float alpha[2];                                                       // the rescale O owes since the last P·V
     int nk = 0, nv = 0;                                                   // K and V tiles consumed (the producer's count)
 
+#if FT_DESC_INC
+    const u64 dq0 = make_desc(sQ, 16, SWIZZLE_ATOM);                      // FT_DESC_INC: built once, stepped by adds
+#endif
     auto issue_s = [&](int s) {                                           // S = Q·K_sᵀ, one wgmma group
         const u32 k_tile = sm.k() + s * T::KV_BYTES;
+#if FT_DESC_INC
+        const u64 dk0 = make_desc(k_tile, 16, SWIZZLE_ATOM);
+#endif
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 in_box = (kk % 4) * 32;                             // 16 halves = 32 bytes per step, in the row
+#if FT_DESC_INC
+            const u64 da = dq0 + (((kk / 4) * Br * 128 + in_box) >> 4);
+            const u64 db = dk0 + (((kk / 4) * BC * 128 + in_box) >> 4);
+#else
             const u64 da = make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM);
             const u64 db = make_desc(k_tile + (kk / 4) * BC * 128 + in_box, 16, SWIZZLE_ATOM);
+#endif
             wgmma_ss<BC>(sc, da, db, kk > 0);
         }
         wgmma_commit();
     };
     auto issue_pv = [&](int s) {                                          // O += P·V_s, one wgmma group
         const u32 v_tile = sm.v() + s * T::KV_BYTES;
+#if FT_DESC_INC
+        const u64 dv0 = make_desc(v_tile, BC * 128, SWIZZLE_ATOM);
+#endif
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk)
+#if FT_DESC_INC
+            wgmma_rs<D>(acc, p[kk], dv0 + kk * 16 * 128 / 16);
+#else
             wgmma_rs<D>(acc, p[kk], make_desc(v_tile + kk * 16 * 128, BC * 128, SWIZZLE_ATOM));
+#endif
         wgmma_commit();
     };
     auto pack_p = [&] {                                                   // keys 16kk..16kk+15 are sc[8kk .. 8kk + 7]

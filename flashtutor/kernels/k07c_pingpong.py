@@ -122,13 +122,17 @@ def _counter(device):
 
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
-            max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT):
+            max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
+            desc_inc: bool = False):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic"), ``grouped`` (causal work in head groups, heaviest
-    first; else head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``. Compiled on first use."""
+    first; else head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma
+    descriptors built once per tile and stepped by adds: FT_DESC_INC). Compiled on first use."""
     tiles = {**TILES, **(tiles or {})}
     schedule = {**SCHEDULE, **(schedule or {})}
     defines = _defines(tiles, max_stages, exp2_fma_every, row_split)
+    if desc_inc:
+        defines["FT_DESC_INC"] = 1
     defines.update({f"DYNAMIC_D{D}": int(any(schedule[(D, c)] == "dynamic" for c in (False, True))) for D in (64, 128)})
     smem = {D: shared_bytes(D, tiles=tiles, max_stages=max_stages) for D in (64, 128)}
     state = {"mod": None}
