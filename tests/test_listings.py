@@ -42,3 +42,18 @@ def test_a_listing_is_stale_once_its_lines_move_or_change(tmp_path):
     assert docs.stale_listings(_page(tmp_path, fresh), tmp_path) == []
     src.write_text("a = 1\nb = 2\n\ndef f():\n    return 3\n")           # same lines, other code
     assert len(docs.stale_listings(_page(tmp_path, fresh), tmp_path)) == 1
+
+
+def test_the_refresher_rebuilds_a_stale_listing_cell_as_the_page_stores_it(tmp_path):
+    """scripts/refresh_listings.py's re-run of a listing cell gives the listing of the file now, in the page's
+    output format (a display of Markdown, the text as a list of lines)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("refresh_listings", ROOT / "scripts/refresh_listings.py")
+    refresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refresh)
+    source = 'display(Markdown(docs.listing(ROOT / "flashtutor/docs.py", "def span(", root=ROOT)))'
+    assert all(refresh.ALLOWED.search(line) for line in source.splitlines())
+    outs = refresh.rerun(source)
+    assert [o["output_type"] for o in outs] == ["display_data"]
+    assert "".join(outs[0]["data"]["text/markdown"]) == docs.listing(ROOT / "flashtutor/docs.py", "def span(", root=ROOT)
+    assert docs.stale_listings(_page(tmp_path, "".join(outs[0]["data"]["text/markdown"])), ROOT) == []
