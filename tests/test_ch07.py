@@ -333,6 +333,19 @@ def test_step_c_descriptor_increments_build_the_same_descriptors_with_fewer_unif
         assert uniform(r) < 0.8 * uniform(default[name]), (name, uniform(r), uniform(default[name]))
 
 
+def test_the_event_timed_ab_script_builds_the_variants_it_names():
+    """scripts/ch07c_ab.py (the independent event-timed check of a 7c variant, for the GPU): its variant specs turn into
+    k07c.variant keywords that compile, so a GPU call is not spent on a typo."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ch07c_ab", ROOT / "scripts/ch07c_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    att = ab.build("desc_inc=1,tiles=128", 128, False)
+    assert att.module().resources()["pingpong_d128"]["spill_instructions"] == 0
+    with pytest.raises(TypeError):
+        ab.build("no_such_knob=1", 64, False)
+
+
 def test_exp2_polynomial_matches_exp2():
     """exp2_poly's arithmetic in float32 (numpy), against 2^x: relative error under 1e-4 on [-120, 0]."""
     import numpy as np

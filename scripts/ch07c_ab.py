@@ -1,0 +1,97 @@
+"""Step 7c against its variants and SDPA, timed call by call with CUDA events (an independent check of
+``scripts/ch07_gpu.py --sweep``, which times the grader's way: batches of back-to-back calls). Meant for an H100:
+
+    PYTHONPATH=$PWD python scripts/ch07c_ab.py out.json --variant desc_inc=1 [--variant tiles=128] \\
+        [--shape 4 32 4096 128 ...] [--reps 50]
+
+Per shape, causal and not: every build checked against SDPA on the shape's inputs (largest difference printed; a
+variant more than 2e-2 off is dropped), then SDPA (cuDNN pinned), the default 7c and each variant timed in one
+process by ``flashtutor.timing.compare`` — one call between two events, the L2 flushed before each, the candidates
+alternating in a rotating order — median and p10–p90 of ``--reps`` calls; time ÷ SDPA's per build.
+
+A variant is ``NAME=VALUE[,NAME=VALUE]`` over ``k07c_pingpong.variant``'s keywords: ``desc_inc=1``,
+``tiles=128`` (the key-tile width at this shape's head dim and masking), ``max_stages=2``, ``exp2_fma_every=4``,
+``row_split=1``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = [(4, 32, 4096, 128), (2, 32, 8192, 128), (2, 32, 16384, 128), (4, 32, 4096, 64), (2, 32, 8192, 64)]
+
+
+def build(spec: str, D: int, causal: bool):
+    """``k07c.variant(...)`` from ``NAME=VALUE[,…]`` (``tiles`` applies to this head dim and masking)."""
+    from flashtutor.kernels import k07c_pingpong as k07c
+    kw = {}
+    for item in spec.split(","):
+        name, value = item.split("=")
+        if name == "tiles":
+            kw["tiles"] = {(D, causal): int(value)}
+        elif name == "desc_inc":
+            kw["desc_inc"] = bool(int(value))
+        else:
+            kw[name] = int(value)
+    return k07c.variant(**kw)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--variant", action="append", default=[])
+    ap.add_argument("--shape", nargs=4, type=int, action="append")
+    ap.add_argument("--causal", choices=["both", "no", "yes"], default="both")
+    ap.add_argument("--reps", type=int, default=50)
+    args = ap.parse_args()
+
+    import torch
+    import triton
+
+    from flashtutor import timing
+    from flashtutor.kernels import k07c_pingpong as k07c
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    print(f"{env['gpu']} · torch {env['torch']} · triton {env['triton']} · cuDNN {env['cudnn']} · {env['date']}")
+    print(f"events, one call each, L2 flushed, alternating, median of {args.reps}; time ÷ SDPA's")
+    res = {"env": env, "reps": args.reps, "cases": []}
+    causals = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
+    for B, H, S, D in (args.shape or SHAPES):
+        for causal in causals:
+            g = torch.Generator(device="cuda").manual_seed(0)
+            q, k, v = (torch.randn(B, H, S, D, device="cuda", generator=g).half() for _ in range(3))
+            backend, sdpa = timing.pinned_sdpa(q, k, v, causal=causal)
+            want = sdpa().float()
+            fns = {f"SDPA ({backend})": sdpa, "7c": lambda: k07c.attention(q, k, v, causal=causal)}
+            diffs = {"7c": (k07c.attention(q, k, v, causal=causal).float() - want).abs().max().item()}
+            for spec in args.variant:
+                att = build(spec, D, causal)
+                diffs[spec] = (att(q, k, v, causal=causal).float() - want).abs().max().item()
+                if diffs[spec] > 2e-2:
+                    print(f"  {spec}: largest difference from SDPA {diffs[spec]:.3g}: dropped")
+                    continue
+                fns[spec] = (lambda att=att: att(q, k, v, causal=causal))
+            stats = timing.compare(fns, reps=args.reps)
+            ref = stats[f"SDPA ({backend})"].median_us
+            flops = 4 * B * H * S * S * D / (2 if causal else 1)
+            name = f"B{B} H{H} S{S} D{D}" + (" causal" if causal else "")
+            print(name)
+            case = {"shape": [B, H, S, D], "causal": causal, "max_abs_diff_vs_sdpa": diffs, "builds": {}}
+            for n, st in stats.items():
+                case["builds"][n] = {**st.to_dict(), "ratio_vs_sdpa": st.median_us / ref}
+                print(f"  {n:<28} {st.median_us:10.1f} µs  (p10–p90 {st.p10_us:.1f}–{st.p90_us:.1f})  "
+                      f"÷ SDPA {st.median_us / ref:.3f}  {flops / st.median_us / 1e6:.0f} TFLOP/s")
+            res["cases"].append(case)
+            args.out.write_text(json.dumps(res, indent=1))
+            del q, k, v, want
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
