@@ -174,34 +174,40 @@ _BLOCK = re.compile(r"(`{3,})\{code-block\} \S+\n((?::[a-z-]+: [^\n]*\n)*)\n(.*?
 
 
 def stale_listings(notebook: Path, root: Path) -> list[str]:
-    """The source listings in ``notebook``'s stored outputs that no longer match their files: a block captioned
-    "<file>, lines a–b" (or ", line a") must equal those lines of the file now, one captioned "<file>" the file from
-    its first numbered line on, one captioned "<file>: <name>" a run of the file's lines. Other captions (an
-    exercise's excerpt, a diff of two steps) are not checked. One line per stale listing: cell, caption, why."""
+    """The source listings in ``notebook``'s stored outputs that no longer match their files, one line each (cell,
+    caption, why): see :func:`stale_in_outputs`."""
     import json
     cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    return [f"cell {n}: {caption} differs from the file now"
+            for n, cell in enumerate(cells) for caption in stale_in_outputs(cell.get("outputs", []), root)]
+
+
+def stale_in_outputs(outputs: list, root: Path) -> list[str]:
+    """The captions of the listings in a cell's ``outputs`` that no longer match their files: a block captioned
+    "<file>, lines a–b" (or ", line a") must equal those lines of the file now, one captioned "<file>" the file from
+    its first numbered line on, one captioned "<file>: <name>" a run of the file's lines. Other captions (an
+    exercise's excerpt, a diff of two steps) are not checked."""
     out = []
-    for n, cell in enumerate(cells):
-        for o in cell.get("outputs", []):
-            text = o.get("data", {}).get("text/markdown") or o.get("text") or ""
-            text = "".join(text) if isinstance(text, list) else text
-            for m in _BLOCK.finditer(text):
-                opts = dict(re.findall(r":([a-z-]+): ([^\n]*)", m.group(2)))
-                caption, body = opts.get("caption", ""), m.group(3).split("\n")
-                rng = re.fullmatch(r"(.+?), lines? (\d+)(?:–(\d+))?", caption)
-                name = rng.group(1) if rng else caption.split(": ")[0]
-                path = Path(root) / name
-                if not name or not path.is_file():
-                    continue
-                lines = path.read_text(encoding="utf-8").splitlines()
-                if rng:
-                    a, b = int(rng.group(2)), int(rng.group(3) or rng.group(2))
-                    ok = lines[a - 1:b] == body
-                elif ": " in caption:
-                    ok = any(lines[i:i + len(body)] == body for i in range(len(lines)))
-                else:
-                    a = int(opts.get("lineno-start", 1))
-                    ok = lines[a - 1:a - 1 + len(body)] == body
-                if not ok:
-                    out.append(f"cell {n}: {caption} differs from the file now")
+    for o in outputs:
+        text = o.get("data", {}).get("text/markdown") or o.get("text") or ""
+        text = "".join(text) if isinstance(text, list) else text
+        for m in _BLOCK.finditer(text):
+            opts = dict(re.findall(r":([a-z-]+): ([^\n]*)", m.group(2)))
+            caption, body = opts.get("caption", ""), m.group(3).split("\n")
+            rng = re.fullmatch(r"(.+?), lines? (\d+)(?:–(\d+))?", caption)
+            name = rng.group(1) if rng else caption.split(": ")[0]
+            path = Path(root) / name
+            if not name or not path.is_file():
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines()
+            if rng:
+                a, b = int(rng.group(2)), int(rng.group(3) or rng.group(2))
+                ok = lines[a - 1:b] == body
+            elif ": " in caption:
+                ok = any(lines[i:i + len(body)] == body for i in range(len(lines)))
+            else:
+                a = int(opts.get("lineno-start", 1))
+                ok = lines[a - 1:a - 1 + len(body)] == body
+            if not ok:
+                out.append(caption)
     return out

@@ -10,7 +10,6 @@ are listings that match their files, so a cell whose output depends on the GPU i
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -19,28 +18,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+# a cell that only names paths and displays listings may run here alone
 ALLOWED = re.compile(r"^\s*(#.*)?$|^\s*[A-Z0-9_]+ = (ROOT|Path\()|display\(Markdown\(docs\.(listing|code)\(|^\s+")
 
 
-def rerun(source: str) -> list[dict]:
-    """The cell's display outputs, as the notebook stores them."""
+def rerun(source: str) -> list:
+    """The cell's display outputs (raises NameError when it needs a name an earlier cell defines)."""
+    import nbformat
     from IPython.display import Markdown
 
     from flashtutor import docs
     outs = []
 
     def display(obj):
-        outs.append({"data": {"text/markdown": obj.data.splitlines(keepends=True),
-                              "text/plain": ["<IPython.core.display.Markdown object>"]},
-                     "metadata": {}, "output_type": "display_data"})
+        outs.append(nbformat.v4.new_output("display_data", data={
+            "text/markdown": obj.data, "text/plain": "<IPython.core.display.Markdown object>"}))
     exec(compile(source, "<listing cell>", "exec"),
          {"ROOT": ROOT, "docs": docs, "display": display, "Markdown": Markdown, "Path": Path})
     return outs
 
 
-def from_page_run(nb: Path, cells: list[int]) -> dict[int, list[dict]]:
-    """The outputs of ``cells`` from executing the whole page on this machine (a fresh kernel, the page's folder as
-    the working directory, paths scrubbed as scripts/execute_notebooks.py does)."""
+def page_run(nb: Path):
+    """The page executed on this machine (a fresh kernel, the page's folder as the working directory, paths
+    scrubbed as scripts/execute_notebooks.py does)."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -48,20 +48,13 @@ def from_page_run(nb: Path, cells: list[int]) -> dict[int, list[dict]]:
     page = nbformat.read(nb, as_version=4)
     NotebookClient(page, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(nb.parent)}}).execute()
     scrub_outputs(page)
-
-    def stored(o):               # as the page stores it: multi-line strings as lists of lines
-        o = json.loads(json.dumps(o, sort_keys=True))
-        for key, val in o.get("data", {}).items():
-            if isinstance(val, str) and key.startswith("text/"):
-                o["data"][key] = val.splitlines(keepends=True)
-        if isinstance(o.get("text"), str):
-            o["text"] = o["text"].splitlines(keepends=True)
-        return o
-    return {n: [stored(o) for o in page.cells[n].outputs] for n in cells}
+    return page
 
 
 def main() -> int:
-    from flashtutor.docs import stale_listings
+    import nbformat
+
+    from flashtutor.docs import stale_in_outputs, stale_listings
     ap = argparse.ArgumentParser()
     ap.add_argument("notebooks", nargs="*", type=Path)
     ap.add_argument("--check", action="store_true")
@@ -75,32 +68,28 @@ def main() -> int:
         if a.check:
             left += len(stale)
             continue
-        doc = json.loads(nb.read_text(encoding="utf-8"))
-        cells = sorted({int(s.split()[1].rstrip(":")) for s in stale})
+        page = nbformat.read(nb, as_version=4)
         rest = []
-        for n in cells:
-            source = "".join(doc["cells"][n]["source"])
+        for n in sorted({int(s.split()[1].rstrip(":")) for s in stale}):
+            source = page.cells[n].source
             try:
                 if not all(ALLOWED.search(line) for line in source.splitlines()):
-                    raise NameError("more than listings")
-                doc["cells"][n]["outputs"] = rerun(source)       # a name defined on an earlier cell: NameError
+                    raise NameError("not a cell of listings alone")
+                page.cells[n].outputs = rerun(source)
                 print(f"  cell {n} re-run alone")
             except NameError:
                 rest.append(n)
         if rest:
             print(f"  executing {nb.name} on this machine for cells {rest}")
-            for n, outs in from_page_run(nb, rest).items():
-                trial = dict(doc, cells=[dict(doc["cells"][n], outputs=outs)])
-                tmp = nb.with_suffix(".refresh.ipynb")
-                tmp.write_text(json.dumps(trial), encoding="utf-8")
-                fresh = not stale_listings(tmp, ROOT) and any(o.get("output_type") == "display_data" for o in outs)
-                tmp.unlink()
-                if fresh:
-                    doc["cells"][n]["outputs"] = outs
+            run = page_run(nb)
+            for n in rest:
+                outs = run.cells[n].outputs
+                if any(o.output_type == "display_data" for o in outs) and not stale_in_outputs(outs, ROOT):
+                    page.cells[n].outputs = outs
                     print(f"  cell {n} from the page's run")
                 else:
                     print(f"  cell {n}: the page's run did not give current listings; re-execute {nb} on a GPU")
-        nb.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        nbformat.write(page, nb)
         left += len(stale_listings(nb, ROOT))
     return 1 if left else 0
 
