@@ -81,6 +81,11 @@ VARIANTS = {
     "causal d128 Bc160":     (dict(tiles={(128, True): 160}), [(128, True)]),
     "causal d128 Bc192":     (dict(tiles={(128, True): 192}), [(128, True)]),
     "desc increments":       (dict(desc_inc=True), [(128, False), (128, True), (64, False), (64, True)]),
+    "P·V trimmed":           (dict(pv_trim=True), [(128, False), (128, True), (64, False), (64, True)]),
+    "d64 3 consumers":       (dict(consumers_d64=3), [(64, False), (64, True)]),
+    "d64 3 consumers Bc64":  (dict(consumers_d64=3, tiles={(64, False): 64, (64, True): 64}), [(64, False), (64, True)]),
+    "d64 3 consumers dynamic": (dict(consumers_d64=3, schedule={(64, True): "dynamic"}), [(64, True)]),
+    "d64 3 consumers exp2 1/4 FMA": (dict(consumers_d64=3, exp2_fma_every=4), [(64, False)]),
 }
 LIMITS = {"probes": 120, "step": 150, "stub": 90, "sweep": 400}   # seconds per subprocess
 STREAM_ROUNDS = 9                                              # rounds of the grader-style timing per shape

@@ -315,7 +315,7 @@ def test_step_c_descriptor_increments_build_the_same_descriptors_with_fewer_unif
         return ((addr & 0x3FFFF) >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | 1 << 62
     window = 1 << 18                                       # make_desc keeps 18 address bits: a CTA's shared window
     for D, bc in ((128, 176), (64, 128)):
-        steps_s = [(kk // 4) * rows * 128 + (kk % 4) * 32 for rows in (k07c.Br, bc) for kk in range(D // 16)]
+        steps_s = [(kk // 4) * rows * 128 + (kk % 4) * 32 for rows in (k07c.br(D), bc) for kk in range(D // 16)]
         steps_pv = [kk * 16 * 128 for kk in range(bc // 16)]
         for base in range(0, window, 1024):                # every swizzle-atom-aligned base in the window
             for step in steps_s:

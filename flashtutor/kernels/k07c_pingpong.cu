@@ -78,6 +78,9 @@
 #ifndef FT_DESC_INC
 #define FT_DESC_INC 0                         // 1: wgmma descriptors built once per tile, stepped by adds
 #endif
+#ifndef FT_PV_TRIM
+#define FT_PV_TRIM 0                          // 1: P·V skips the 16-key steps every row of the warpgroup masks
+#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -85,20 +88,29 @@
 #define EXP2_FMA_EVERY 0                      // 0: every exp2 on MUFU; k: one score in k by polynomial on the FMA pipe
 #endif
 
-constexpr int CONSUMERS = 2;                  // consumer warpgroups per block (the ping-pong is for two)
-constexpr int Br = 64 * CONSUMERS;            // query rows per work tile: 64 (wgmma's M) per consumer
-constexpr int THREADS = 128 * (1 + CONSUMERS);   // producer warpgroup + consumers: 384
-constexpr int PRODUCER_REGS = 24;             // setmaxnreg targets (multiples of 8, 24..256):
-constexpr int CONSUMER_REGS = 240;            //   128·24 + 256·240 = 64512 ≤ 65536 registers per SM
-constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;   // what __launch_bounds__(THREADS, 1) gives each thread: 168
-// setmaxnreg.inc takes registers only from those its own block gave back (the block's pool), never from the
-// SM's spare ones, and waits until they are there: the consumers' raise must be covered by the producer's cut,
-// or they wait forever (producer 32 and consumers 240 hang: 136·128 registers freed, 72·256 wanted).
-static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (CONSUMER_REGS - LAUNCH_REGS) * 128 * CONSUMERS,
-              "the consumers' setmaxnreg.inc would wait forever for registers the producer never frees");
+#ifndef CONSUMERS_D64
+#define CONSUMERS_D64 2                       // consumer warpgroups at D = 64 (2 or 3; 2 at D = 128)
+#endif
+// The roles of one head dim's kernel: consumer warpgroups taking turns on the tensor cores, 64 query rows
+// (wgmma's M) each, and one producer warpgroup; the registers each role asks setmaxnreg for.
+template <int D>
+struct Roles {
+    static constexpr int CONSUMERS = D == 64 ? CONSUMERS_D64 : 2;
+    static constexpr int Br = 64 * CONSUMERS;                 // query rows per work tile
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);     // producer warpgroup + consumers: 384 (512)
+    static constexpr int PRODUCER_REGS = 24;                  // setmaxnreg targets (multiples of 8, 24..256):
+    static constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;   // 128·24 + 256·240 = 64512 ≤ 65536
+    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;   // what __launch_bounds__(THREADS, 1) gives: 168 (128)
+    // setmaxnreg.inc takes registers only from those its own block gave back (the block's pool), never from the
+    // SM's spare ones, and waits until they are there: the consumers' raise must be covered by the producer's
+    // cut, or they wait forever (producer 32 and consumers 240 hang: 136·128 registers freed, 72·256 wanted).
+    static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (CONSUMER_REGS - LAUNCH_REGS) * 128 * CONSUMERS,
+                  "the consumers' setmaxnreg.inc would wait forever for registers the producer never frees");
+    static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
+};
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;            // 8 rows × 128 bytes: the swizzle pattern repeats after this
-constexpr int TURN_BAR = 1;                   // named barriers TURN_BAR + c (c = 0, 1); 0 is __syncthreads'
+constexpr int TURN_BAR = 1;                   // named barriers TURN_BAR + c (c = 0, 1[, 2]); 0 is __syncthreads'
 constexpr int BLOCK_SMEM = 227 * 1024;        // the most dynamic shared memory a block may have
 
 // ---- wider wgmma shapes for S = Q·Kᵀ (hopper.cuh has N = 64 and 128; the same form, more registers) ----
@@ -171,6 +183,7 @@ constexpr int FMA_EVERY = EXP2_FMA_EVERY > 0 ? EXP2_FMA_EVERY : 1;   // (a divis
 template <int D, int BC>
 struct Tiles {
     static constexpr int BOXES = D / BOX;                  // 64-column boxes per row: 1 (D 64) or 2 (D 128)
+    static constexpr int Br = Roles<D>::Br;
     static constexpr int Q_BYTES = Br * D * 2;             // Q tile        [BOXES][Br][64] fp16, swizzled
     static constexpr int KV_BYTES = BC * D * 2;            // a K or V tile [BOXES][BC][64] fp16, swizzled
     static constexpr int FIT = (BLOCK_SMEM - SWIZZLE_ATOM - Q_BYTES - 8 * (3 + 4 * MAX_STAGES)) / (2 * KV_BYTES);
@@ -225,7 +238,7 @@ struct Work {
     int q0;                                        // the tile's first query row
     int n_tiles;                                   // key tiles it needs (causal: up to its last row)
 };
-template <int BC, bool GROUPED>
+template <int D, int BC, bool GROUPED>
 __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int group, int S, int causal) {
     int head, qb;
     if constexpr (GROUPED) {
@@ -238,6 +251,7 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
         head = w / n_qblocks;
         qb = w - head * n_qblocks;
     }
+    constexpr int Br = Roles<D>::Br;
     const int q0 = (n_qblocks - 1 - qb) * Br;
     const int n_key_tiles = (S + BC - 1) / BC;
     const int last_row = min(q0 + Br, S) - 1;
@@ -275,10 +289,10 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
             if (w >= n_work) break;
             if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);
         }
-        const Work wk = work_tile<BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
+        const Work wk = work_tile<D, BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
         mbar_arrive_expect_tx(sm.q_full(), T::Q_BYTES);
 #pragma unroll
-        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q() + b * Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full());
+        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q() + b * T::Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full());
         post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, wk.row0);
         for (int j = 1; j < wk.n_tiles; ++j) {
             post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, wk.row0 + j * BC);
@@ -397,28 +411,30 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 in_box = (kk % 4) * 32;                             // 16 halves = 32 bytes per step, in the row
 #if FT_DESC_INC
-            const u64 da = dq0 + (((kk / 4) * Br * 128 + in_box) >> 4);
+            const u64 da = dq0 + (((kk / 4) * T::Br * 128 + in_box) >> 4);
             const u64 db = dk0 + (((kk / 4) * BC * 128 + in_box) >> 4);
 #else
-            const u64 da = make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM);
+            const u64 da = make_desc(sQ + (kk / 4) * T::Br * 128 + in_box, 16, SWIZZLE_ATOM);
             const u64 db = make_desc(k_tile + (kk / 4) * BC * 128 + in_box, 16, SWIZZLE_ATOM);
 #endif
             wgmma_ss<BC>(sc, da, db, kk > 0);
         }
         wgmma_commit();
     };
-    auto issue_pv = [&](int s) {                                          // O += P·V_s, one wgmma group
-        const u32 v_tile = sm.v() + s * T::KV_BYTES;
+    auto issue_pv = [&](int s, int keys) {                                // O += P·V_s, one wgmma group
+        const u32 v_tile = sm.v() + s * T::KV_BYTES;                      // (FT_PV_TRIM: its first `keys` keys)
 #if FT_DESC_INC
         const u64 dv0 = make_desc(v_tile, BC * 128, SWIZZLE_ATOM);
 #endif
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk)
+        for (int kk = 0; kk < BC / 16; ++kk) {
+            if (FT_PV_TRIM && 16 * kk >= keys) break;
 #if FT_DESC_INC
             wgmma_rs<D>(acc, p[kk], dv0 + kk * 16 * 128 / 16);
 #else
             wgmma_rs<D>(acc, p[kk], make_desc(v_tile + kk * 16 * 128, BC * 128, SWIZZLE_ATOM));
 #endif
+        }
         wgmma_commit();
     };
     auto pack_p = [&] {                                                   // keys 16kk..16kk+15 are sc[8kk .. 8kk + 7]
@@ -436,12 +452,13 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     auto release = [&](u32 empty, int s, int& n) { if (tid == 0) mbar_arrive(empty + 8 * s); ++n; };
 
     // Ping-pong turns: wait for ours, issue, hand the turn over (see the header for the counting).
+    constexpr int N = Roles<D>::CONSUMERS;                                // the turn goes round: c → c + 1 mod N
     bool last_turn = false;                                               // the block's very last turn (static walk)
     auto begin_turn = [&] { named_bar_sync(TURN_BAR + c, 256); };
     auto end_turn = [&] {
-        if (!(c == 1 && last_turn)) named_bar_arrive(TURN_BAR + 1 - c, 256);
+        if (!(c == N - 1 && last_turn)) named_bar_arrive(TURN_BAR + (N == 2 ? 1 - c : (c + 1) % N), 256);
     };
-    if (c == 1) named_bar_arrive(TURN_BAR + 0, 256);                      // warpgroup 0 takes the first turn
+    if (c == N - 1) named_bar_arrive(TURN_BAR + 0, 256);                  // warpgroup 0 takes the first turn
 
     int w = DYNAMIC ? 0 : blockIdx.x;                                     // static: the producer's walk, known here
     for (int t = 0;; ++t) {                                               // t: work tiles of this block so far
@@ -450,9 +467,10 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             w = ld_shared(sm.work());                                     // or said there is none left
         }
         if (w >= n_work) break;
-        const Work wk = work_tile<BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
+        const Work wk = work_tile<D, BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
         const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
+        const int key_end = causal ? min(S, q0c + 64) : S;                // keys past this are masked in all its rows
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
         m_i[0] = m_i[1] = -CUDART_INF_F;
@@ -483,7 +501,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             fence_regs(acc);
             const int vs = wait_v();                                      // V_{j-1} has landed
             wgmma_fence();                                                // ...before the tensor cores read O
-            issue_pv(vs);                                                 // group 2: O += P_{j-1}·V_{j-1}
+            issue_pv(vs, key_end - (j - 1) * BC);                         // group 2: O += P_{j-1}·V_{j-1}
             end_turn();
             wgmma_wait<1>();                                              // S_j is done; P·V may still run
             fence_regs(sc);
@@ -505,7 +523,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         if constexpr (!DYNAMIC) last_turn = w + gridDim.x >= n_work;      // (dynamic: not known yet, see below)
         begin_turn();
         wgmma_fence();
-        issue_pv(vs);
+        issue_pv(vs, key_end - (n_tiles - 1) * BC);
         end_turn();
         wgmma_wait<0>();
         fence_regs(acc);
@@ -541,12 +559,12 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 template <int D, int BC>
 __device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
     mbar_init(sm.q_full(), 1);                                              // the producer's arrive + TMA's bytes
-    mbar_init(sm.q_empty(), CONSUMERS);                                     // one arrival per consumer warpgroup
+    mbar_init(sm.q_empty(), Roles<D>::CONSUMERS);                                     // one arrival per consumer warpgroup
     for (int s = 0; s < Tiles<D, BC>::STAGES; ++s) {
         mbar_init(sm.k_full() + 8 * s, 1);
-        mbar_init(sm.k_empty() + 8 * s, CONSUMERS);
+        mbar_init(sm.k_empty() + 8 * s, Roles<D>::CONSUMERS);
         mbar_init(sm.v_full() + 8 * s, 1);
-        mbar_init(sm.v_empty() + 8 * s, CONSUMERS);
+        mbar_init(sm.v_empty() + 8 * s, Roles<D>::CONSUMERS);
     }
 }
 
@@ -570,14 +588,14 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
     // results/ch07-static-counts-ab-h100-2026-11-26.txt): the compiler schedules the softmax differently.
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
     if (wg == 0) {
-        setmaxnreg_dec<PRODUCER_REGS>();
+        setmaxnreg_dec<Roles<D>::PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            const int nq = DYNAMIC ? n_qblocks : (S + Br - 1) / Br;
+            const int nq = DYNAMIC ? n_qblocks : (S + Roles<D>::Br - 1) / Roles<D>::Br;
             producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, nq, DYNAMIC ? n_work : nq * heads, heads, group, S, causal, sched);
         }
     } else {
-        setmaxnreg_inc<CONSUMER_REGS>();
-        const int nq = DYNAMIC ? n_qblocks : (S + Br - 1) / Br;
+        setmaxnreg_inc<Roles<D>::CONSUMER_REGS>();
+        const int nq = DYNAMIC ? n_qblocks : (S + Roles<D>::Br - 1) / Roles<D>::Br;
         consumer<D, BC, DYNAMIC>(sm, wg - 1, O, nq, DYNAMIC ? n_work : nq * heads, DYNAMIC ? heads : 1,
                                  DYNAMIC ? group : 1, S, scale_log2, causal);
     }
@@ -617,13 +635,13 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
 
 // One entry point per head dim. __launch_bounds__(THREADS, 1) caps registers at entry (168), which
 // setmaxnreg needs; the consumers then raise theirs to CONSUMER_REGS.
-extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d64(
+extern "C" __global__ void __launch_bounds__(Roles<64>::THREADS, 1) pingpong_d64(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
     int* sched, int group, int n_qblocks, int n_work) {
     attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group, n_qblocks, n_work);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 1) pingpong_d128(
+extern "C" __global__ void __launch_bounds__(Roles<128>::THREADS, 1) pingpong_d128(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
     int* sched, int group, int n_qblocks, int n_work) {

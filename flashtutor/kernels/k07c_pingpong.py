@@ -18,9 +18,8 @@ from flashtutor.loaders import load_cuda, tma
 
 SOURCE = Path(__file__).with_suffix(".cu")
 KERNELS = {64: "pingpong_d64", 128: "pingpong_d128"}
-CONSUMERS = 2
-Br = 64 * CONSUMERS             # query rows per work tile
-THREADS = 128 * (1 + CONSUMERS)  # a producer warpgroup + two consumers
+CONSUMERS = {64: 2, 128: 2}     # consumer warpgroups per head dim (the .cu's Roles<D>; CONSUMERS_D64)
+Br = 64 * CONSUMERS[128]        # query rows per work tile at D = 128 (64 per consumer); br(D) gives each
 BOX = 64                        # fp16 columns per TMA box (128 bytes: the swizzle span)
 ALIGN = 1024                    # the kernel aligns its tiles to a swizzle atom itself
 LOG2E = 1.4426950408889634      # log2(e): exp(x) = exp2(x · log2 e)
@@ -43,38 +42,45 @@ EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on th
 SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
 
 
+def br(D: int, consumers: dict | None = None) -> int:
+    """Query rows per work tile at head dim ``D``: 64 per consumer warpgroup."""
+    return 64 * (consumers or CONSUMERS)[D]
+
+
 def tile(D: int, causal: bool = False) -> int:
     return TILES[(D, bool(causal))]
 
 
-def _defines(tiles: dict, max_stages: int, exp2_fma_every: int, row_split: int) -> dict:
-    return {"BC_D64": tiles[(64, False)], "BC_D64_CAUSAL": tiles[(64, True)], "BC_D128": tiles[(128, False)],
+def _defines(tiles: dict, max_stages: int, exp2_fma_every: int, row_split: int, consumers: dict) -> dict:
+    return {"CONSUMERS_D64": consumers[64], "BC_D64": tiles[(64, False)], "BC_D64_CAUSAL": tiles[(64, True)], "BC_D128": tiles[(128, False)],
             "BC_D128_CAUSAL": tiles[(128, True)], "MAX_STAGES": max_stages, "EXP2_FMA_EVERY": exp2_fma_every,
             "SOFTMAX_SPLIT": row_split}
 
 
-def _stages(D: int, bc: int, max_stages: int = MAX_STAGES) -> int:
-    """K (and V) ring slots: as many as fit in 227 KB, at most ``max_stages`` (Tiles<D, BC>::STAGES)."""
-    q = Br * D * 2
+def _stages(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br) -> int:
+    """K (and V) ring slots: as many as fit in 227 KB, at most ``max_stages`` (Tiles<D, BC>::STAGES); ``rows``:
+    query rows per work tile."""
+    q = rows * D * 2
     fit = (BLOCK_SMEM - ALIGN - q - 8 * (3 + 4 * max_stages)) // (2 * bc * D * 2)
     return min(fit, max_stages)
 
 
 def stages(D: int, causal: bool = False) -> int:
     """Slots of each of the K and V rings at this head dim (without masking, unless ``causal``)."""
-    return _stages(D, tile(D, causal))
+    return _stages(D, tile(D, causal), rows=br(D))
 
 
-def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES) -> int:
-    s = _stages(D, bc, max_stages)
-    return Br * D * 2 + 2 * s * bc * D * 2 + 8 * (2 + 4 * s) + 8    # Q, the K and V rings, the barriers, the work slot
+def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br) -> int:
+    s = _stages(D, bc, max_stages, rows)
+    return rows * D * 2 + 2 * s * bc * D * 2 + 8 * (2 + 4 * s) + 8    # Q, the K and V rings, the barriers, the work slot
 
 
-def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES) -> int:
+def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES,
+                 consumers: dict | None = None) -> int:
     """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file (the larger of its masked and
     unmasked configurations) + ALIGN bytes of slack."""
     tiles = tiles or TILES
-    return max(_bytes(D, tiles[(D, c)], max_stages) for c in (False, True)) + ALIGN
+    return max(_bytes(D, tiles[(D, c)], max_stages, br(D, consumers)) for c in (False, True)) + ALIGN
 
 
 def require_hopper() -> None:
@@ -123,18 +129,23 @@ def _counter(device):
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False):
+            desc_inc: bool = False, pv_trim: bool = False, consumers_d64: int = CONSUMERS[64]):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic"), ``grouped`` (causal work in head groups, heaviest
     first; else head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma
-    descriptors built once per tile and stepped by adds: FT_DESC_INC). Compiled on first use."""
+    descriptors built once per tile and stepped by adds: FT_DESC_INC), ``pv_trim`` (P·V skips the 16-key steps
+    masked in every row of the warpgroup: FT_PV_TRIM), ``consumers_d64`` (consumer warpgroups at
+    D = 64: 2 or 3). Compiled on first use."""
     tiles = {**TILES, **(tiles or {})}
     schedule = {**SCHEDULE, **(schedule or {})}
-    defines = _defines(tiles, max_stages, exp2_fma_every, row_split)
+    consumers = {**CONSUMERS, 64: consumers_d64}
+    defines = _defines(tiles, max_stages, exp2_fma_every, row_split, consumers)
     if desc_inc:
         defines["FT_DESC_INC"] = 1
+    if pv_trim:
+        defines["FT_PV_TRIM"] = 1
     defines.update({f"DYNAMIC_D{D}": int(any(schedule[(D, c)] == "dynamic" for c in (False, True))) for D in (64, 128)})
-    smem = {D: shared_bytes(D, tiles=tiles, max_stages=max_stages) for D in (64, 128)}
+    smem = {D: shared_bytes(D, tiles=tiles, max_stages=max_stages, consumers=consumers) for D in (64, 128)}
     state = {"mod": None}
 
     def module():
@@ -149,7 +160,8 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         o = output_like(q)                                                   # [B, H, S, D]
         rows = B * H * S
         bc = tiles[(D, bool(causal))]
-        n_work = (S + Br - 1) // Br * B * H                                  # work tiles: Br query rows of one head
+        rows_q = br(D, consumers)                                            # query rows per work tile
+        n_work = (S + rows_q - 1) // rows_q * B * H                                  # work tiles: Br query rows of one head
         if n_work + 1024 >= 2 ** 31:
             raise ValueError(f"{n_work} work tiles: more than the kernel's int indices hold")
         sms, l2 = _device_props(q.device)
@@ -157,17 +169,18 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         grid = n_work if how == "grid" else min(n_work, sms)
         sched = _counter(q.device) if how == "dynamic" and n_work > grid else 0    # 0: a null pointer
         group = group_heads(S, D, l2, B * H) if causal and grouped else 1
-        tq = tma.tensor_map(q.view(rows, D), box_rows=Br, box_cols=BOX)      # boxes [Br, 64] of Q
+        tq = tma.tensor_map(q.view(rows, D), box_rows=rows_q, box_cols=BOX)  # boxes [Br, 64] of Q
         tk = tma.tensor_map(k.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of K
         tv = tma.tensor_map(v.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of V
-        tma.launch(module().kernel(KERNELS[D]), grid=(grid,), block=(THREADS,), shared_mem=smem[D],
+        tma.launch(module().kernel(KERNELS[D]), grid=(grid,), block=(128 * (1 + consumers[D]),), shared_mem=smem[D],
                    args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal), sched, group,
-                         (S + Br - 1) // Br, n_work))
+                         (S + rows_q - 1) // rows_q, n_work))
         return o
 
     attention.module = module
     attention.config = {"tiles": tiles, "schedule": schedule, "grouped": grouped, "max_stages": max_stages,
-                        "exp2_fma_every": exp2_fma_every, "row_split": row_split}
+                        "exp2_fma_every": exp2_fma_every, "row_split": row_split,
+                        "consumers": consumers}
     return attention
 
 
