@@ -44,10 +44,11 @@ def sass(built):
     return {s: disassemble(m.cubin) for s, m in built.items()}
 
 
-def _compile_log(path: Path) -> str:
+def _compile_log(path: Path, defines: dict | None = None) -> str:
     """NVRTC's log (ptxas's remarks included) for one file compiled for sm_90a."""
     from cuda.core import Program, ProgramOptions
-    opts = ProgramOptions(name=str(path), arch="sm_90a", std="c++17", include_path=[str(path.parent), course_include_dir(), cuda_include_dir()])
+    opts = ProgramOptions(name=str(path), arch="sm_90a", std="c++17", include_path=[str(path.parent), course_include_dir(), cuda_include_dir()],
+                          define_macro=[(k, str(v)) for k, v in (defines or {}).items()] or None)
     log = io.StringIO()
     Program(path.read_text(), "c++", opts).compile("cubin", logs=log)
     return log.getvalue().replace("\x00", "")
@@ -105,6 +106,7 @@ def test_setmaxnreg_honoured_and_wgmma_not_serialized():
         log = _compile_log(path)
         assert "C7508" not in log, (s, log)     # 'setmaxnreg ignored; unable to determine register count at entry'
         assert "C7510" not in log, (s, log)     # 'wgmma ... serialized' (a dependence ptxas could not prove safe)
+        assert "Potential Performance Loss" not in log, (s, log)   # e.g. C7519: serialized for a wgmma in a branch
         assert "warning" not in log.lower(), (s, log)
 
 
@@ -303,6 +305,35 @@ def test_step_c_variants_compile_without_spills():
             assert r["spill_instructions"] == 0 and r["local_bytes"] == 0 and r["stack_bytes"] == 0, (kw, name, r)
 
 
+def test_step_c_three_consumer_warpgroups_where_the_wider_tiles_pay():
+    """At D = 64 the launcher takes three consumer warpgroups (192-row work tiles) unless the last, partly filled
+    round of tiles costs more than the wider tiles gain: the choices the H100 A/B of 2026-11-28 found faster
+    (results/ch07-issue28-h100-2026-11-28/3-d64-consumers-ab.log), and two at D = 128. The three-warpgroup
+    kernel builds without spills in the 160 registers setmaxnreg can give each of its consumers."""
+    from flashtutor.kernels import k07c_pingpong as k07c
+    measured = {(4, 32, 4096): 3, (2, 32, 8192): 3, (2, 32, 16384): 3, (4, 32, 2048): 3,    # 3 faster there
+                (2, 16, 2048): 2, (8, 16, 1024): 2, (1, 16, 1024): 2}                      # 2 faster there
+    for (B, H, S), n in measured.items():
+        assert k07c.consumers(64, S, B * H, 132) == n, (B, H, S)
+        assert k07c.consumers(128, S, B * H, 132) == 2
+    module = k07c.attention.module(3)
+    wide = module.resources()["pingpong_d64"]
+    assert wide["spill_instructions"] == 0 and wide["local_bytes"] == 0, wide
+    assert wide["registers"] == 128                       # 65536 / 512 threads: what the block starts with
+    # the SASS checks of the default build, for this one: the chapter's opcodes, one S = Q·Kᵀ and one P·V per
+    # walk in the prologue/loop/epilogue (static and dynamic: the launcher's wide schedule uses the counter with
+    # masking), a setmaxnreg pair per walk, and ptxas serializing no wgmma
+    instrs = disassemble(module.cubin)["pingpong_d64"]
+    h = histogram(instrs)
+    assert h["HGMMA"] == 2 * 2 * (64 // 16 + k07c.tile(64) // 16) and h["UTMALDG"] > 0, h
+    assert k07c.WIDE_SCHEDULE[True] == "dynamic" and k07c.tile(64, True) == k07c.tile(64)
+    assert h["USETMAXREG"] == 2 * 2, h
+    defines = {"CONSUMERS_D64": 3, "DYNAMIC_D64": 1}
+    log = _compile_log(STEPS["c"][0], defines)
+    assert "C7510" not in log and "C7508" not in log and "warning" not in log.lower(), log
+    assert "Potential Performance Loss" not in log, log
+
+
 def test_step_c_descriptor_increments_build_the_same_descriptors_with_fewer_uniform_instructions():
     """FT_DESC_INC (issue 28's first candidate, to be timed on an H100): each tile's wgmma descriptors are built once
     and stepped by adding offset / 16, instead of make_desc per instruction. The same descriptor for every base
@@ -315,7 +346,7 @@ def test_step_c_descriptor_increments_build_the_same_descriptors_with_fewer_unif
         return ((addr & 0x3FFFF) >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | 1 << 62
     window = 1 << 18                                       # make_desc keeps 18 address bits: a CTA's shared window
     for D, bc in ((128, 176), (64, 128)):
-        steps_s = [(kk // 4) * rows * 128 + (kk % 4) * 32 for rows in (k07c.br(D), bc) for kk in range(D // 16)]
+        steps_s = [(kk // 4) * rows * 128 + (kk % 4) * 32 for rows in (k07c.Br, 64 * k07c.WIDE_D64, bc) for kk in range(D // 16)]
         steps_pv = [kk * 16 * 128 for kk in range(bc // 16)]
         for base in range(0, window, 1024):                # every swizzle-atom-aligned base in the window
             for step in steps_s:

@@ -78,9 +78,6 @@
 #ifndef FT_DESC_INC
 #define FT_DESC_INC 0                         // 1: wgmma descriptors built once per tile, stepped by adds
 #endif
-#ifndef FT_PV_TRIM
-#define FT_PV_TRIM 0                          // 1: P·V skips the 16-key steps every row of the warpgroup masks
-#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -421,20 +418,18 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         }
         wgmma_commit();
     };
-    auto issue_pv = [&](int s, int keys) {                                // O += P·V_s, one wgmma group
-        const u32 v_tile = sm.v() + s * T::KV_BYTES;                      // (FT_PV_TRIM: its first `keys` keys)
+    auto issue_pv = [&](int s) {                                          // O += P·V_s, one wgmma group
+        const u32 v_tile = sm.v() + s * T::KV_BYTES;
 #if FT_DESC_INC
         const u64 dv0 = make_desc(v_tile, BC * 128, SWIZZLE_ATOM);
 #endif
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) {
-            if (FT_PV_TRIM && 16 * kk >= keys) break;
+        for (int kk = 0; kk < BC / 16; ++kk)
 #if FT_DESC_INC
             wgmma_rs<D>(acc, p[kk], dv0 + kk * 16 * 128 / 16);
 #else
             wgmma_rs<D>(acc, p[kk], make_desc(v_tile + kk * 16 * 128, BC * 128, SWIZZLE_ATOM));
 #endif
-        }
         wgmma_commit();
     };
     auto pack_p = [&] {                                                   // keys 16kk..16kk+15 are sc[8kk .. 8kk + 7]
@@ -470,7 +465,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         const Work wk = work_tile<D, BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
         const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
-        const int key_end = causal ? min(S, q0c + 64) : S;                // keys past this are masked in all its rows
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
         m_i[0] = m_i[1] = -CUDART_INF_F;
@@ -501,7 +495,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             fence_regs(acc);
             const int vs = wait_v();                                      // V_{j-1} has landed
             wgmma_fence();                                                // ...before the tensor cores read O
-            issue_pv(vs, key_end - (j - 1) * BC);                         // group 2: O += P_{j-1}·V_{j-1}
+            issue_pv(vs);                                                 // group 2: O += P_{j-1}·V_{j-1}
             end_turn();
             wgmma_wait<1>();                                              // S_j is done; P·V may still run
             fence_regs(sc);
@@ -523,7 +517,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         if constexpr (!DYNAMIC) last_turn = w + gridDim.x >= n_work;      // (dynamic: not known yet, see below)
         begin_turn();
         wgmma_fence();
-        issue_pv(vs, key_end - (n_tiles - 1) * BC);
+        issue_pv(vs);
         end_turn();
         wgmma_wait<0>();
         fence_regs(acc);

@@ -18,8 +18,17 @@ from flashtutor.loaders import load_cuda, tma
 
 SOURCE = Path(__file__).with_suffix(".cu")
 KERNELS = {64: "pingpong_d64", 128: "pingpong_d128"}
-CONSUMERS = {64: 2, 128: 2}     # consumer warpgroups per head dim (the .cu's Roles<D>; CONSUMERS_D64)
-Br = 64 * CONSUMERS[128]        # query rows per work tile at D = 128 (64 per consumer); br(D) gives each
+Br = 128                        # query rows per work tile with two consumer warpgroups (64 each, wgmma's M)
+# Consumer warpgroups: two at D = 128 (a 176-key tile's S, P and O take 196 registers a thread; a third
+# warpgroup would leave each 160). At D = 64, three (Br = 192: the .cu's CONSUMERS_D64 = 3, FlashAttention-3's
+# choice there) wherever the wider work tile does not cost more in the last, partly filled round of tiles
+# than it gains (``consumers``): where the softmax is as long as the GEMMs, a third warpgroup keeps the tensor
+# cores fed while two of them are in their softmax. H100, 2026-11-28, time ÷ SDPA's, events, one process
+# (results/ch07-issue28-h100-2026-11-28/3-d64-consumers-ab.log): B2 H32 S16384 D64 0.970 → 0.909 (causal
+# 0.981 → 0.899), S 8192 0.972 → 0.898, B4 H32 S4096 0.976 → 0.942; B2 H16 S2048 1.005 → 1.054 (fewer, wider
+# tiles: three rounds of them instead of four), B1 H16 S1024 1.42 → 2.26 (a third of its rows padding).
+WIDE_D64 = 3
+WIDE_GAIN = 1.05                # the wider tiles' throughput over the narrow ones', less a margin (1.05-1.07 above)
 BOX = 64                        # fp16 columns per TMA box (128 bytes: the swizzle span)
 ALIGN = 1024                    # the kernel aligns its tiles to a swizzle atom itself
 LOG2E = 1.4426950408889634      # log2(e): exp(x) = exp2(x · log2 e)
@@ -37,22 +46,34 @@ MAX_STAGES = 4                  # K and V ring slots at most
 # results/ch07-h100-2026-11-26-dynamic.json), static at D = 64 (a counter compiled into that kernel cost
 # 2-3% without masking).
 SCHEDULE = {(64, False): "static", (64, True): "static", (128, False): "static", (128, True): "dynamic"}
+# The same for three consumer warpgroups at D = 64 (causal → how): with 192-row work tiles the static walk
+# hands some blocks only the longest tiles (at S = 4096, 22 query blocks per head and 132 = 6 · 22 SMs: every
+# block gets the same query block each time), 1.71× SDPA's time against the counter's 1.006 (same file).
+WIDE_SCHEDULE = {False: "static", True: "dynamic"}
 L2_SHARE = 0.5                  # the work order groups heads whose K and V fill at most this share of L2
 EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on the FMA pipe (the .cu's EXP2_FMA_EVERY)
 SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
 
 
-def br(D: int, consumers: dict | None = None) -> int:
-    """Query rows per work tile at head dim ``D``: 64 per consumer warpgroup."""
-    return 64 * (consumers or CONSUMERS)[D]
+def consumers(D: int, S: int, heads: int, sms: int) -> int:
+    """Consumer warpgroups for ``heads`` (B·H) heads of ``S`` rows at head dim ``D``: three at D = 64 where
+    rounds × rows per tile ÷ WIDE_GAIN is smaller with 192-row tiles than with 128-row ones (a round: one
+    work tile per SM), else two."""
+    if D != 64:
+        return 2
+
+    def rounds(rows):
+        return -(-(-(-S // rows) * heads) // sms)
+
+    return WIDE_D64 if rounds(64 * WIDE_D64) * 64 * WIDE_D64 / WIDE_GAIN < rounds(Br) * Br else 2
 
 
 def tile(D: int, causal: bool = False) -> int:
     return TILES[(D, bool(causal))]
 
 
-def _defines(tiles: dict, max_stages: int, exp2_fma_every: int, row_split: int, consumers: dict) -> dict:
-    return {"CONSUMERS_D64": consumers[64], "BC_D64": tiles[(64, False)], "BC_D64_CAUSAL": tiles[(64, True)], "BC_D128": tiles[(128, False)],
+def _defines(tiles: dict, max_stages: int, exp2_fma_every: int, row_split: int) -> dict:
+    return {"BC_D64": tiles[(64, False)], "BC_D64_CAUSAL": tiles[(64, True)], "BC_D128": tiles[(128, False)],
             "BC_D128_CAUSAL": tiles[(128, True)], "MAX_STAGES": max_stages, "EXP2_FMA_EVERY": exp2_fma_every,
             "SOFTMAX_SPLIT": row_split}
 
@@ -66,8 +87,8 @@ def _stages(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br) -> in
 
 
 def stages(D: int, causal: bool = False) -> int:
-    """Slots of each of the K and V rings at this head dim (without masking, unless ``causal``)."""
-    return _stages(D, tile(D, causal), rows=br(D))
+    """Slots of each of the K and V rings at this head dim (without masking, unless ``causal``), two consumers."""
+    return _stages(D, tile(D, causal))
 
 
 def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br) -> int:
@@ -75,12 +96,11 @@ def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br) -> int
     return rows * D * 2 + 2 * s * bc * D * 2 + 8 * (2 + 4 * s) + 8    # Q, the K and V rings, the barriers, the work slot
 
 
-def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES,
-                 consumers: dict | None = None) -> int:
+def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES, n_consumers: int = 2) -> int:
     """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file (the larger of its masked and
     unmasked configurations) + ALIGN bytes of slack."""
     tiles = tiles or TILES
-    return max(_bytes(D, tiles[(D, c)], max_stages, br(D, consumers)) for c in (False, True)) + ALIGN
+    return max(_bytes(D, tiles[(D, c)], max_stages, 64 * n_consumers) for c in (False, True)) + ALIGN
 
 
 def require_hopper() -> None:
@@ -129,29 +149,35 @@ def _counter(device):
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, pv_trim: bool = False, consumers_d64: int = CONSUMERS[64]):
+            desc_inc: bool = False, consumers_d64: int | None = None,
+            wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
-    ``schedule`` ((D, causal) → "grid" / "static" / "dynamic"), ``grouped`` (causal work in head groups, heaviest
-    first; else head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma
-    descriptors built once per tile and stepped by adds: FT_DESC_INC), ``pv_trim`` (P·V skips the 16-key steps
-    masked in every row of the warpgroup: FT_PV_TRIM), ``consumers_d64`` (consumer warpgroups at
-    D = 64: 2 or 3). Compiled on first use."""
+    ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
+    (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
+    head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
+    per tile and stepped by adds: FT_DESC_INC), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
+    None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
+    (``module(n)``; its D = 128 kernel is the same in both)."""
     tiles = {**TILES, **(tiles or {})}
     schedule = {**SCHEDULE, **(schedule or {})}
-    consumers = {**CONSUMERS, 64: consumers_d64}
-    defines = _defines(tiles, max_stages, exp2_fma_every, row_split, consumers)
+    wide_schedule = {**WIDE_SCHEDULE, **(wide_schedule or {})}
+    base = _defines(tiles, max_stages, exp2_fma_every, row_split)
     if desc_inc:
-        defines["FT_DESC_INC"] = 1
-    if pv_trim:
-        defines["FT_PV_TRIM"] = 1
-    defines.update({f"DYNAMIC_D{D}": int(any(schedule[(D, c)] == "dynamic" for c in (False, True))) for D in (64, 128)})
-    smem = {D: shared_bytes(D, tiles=tiles, max_stages=max_stages, consumers=consumers) for D in (64, 128)}
-    state = {"mod": None}
+        base["FT_DESC_INC"] = 1
 
-    def module():
-        if state["mod"] is None:
-            state["mod"] = load_cuda(SOURCE, arch="sm_90a", defines=defines)
-        return state["mod"]
+    def how(D: int, causal: bool, n: int) -> str:                            # the schedule of a kernel
+        return wide_schedule[causal] if D == 64 and n == WIDE_D64 else schedule[(D, causal)]
+
+    modules = {}
+
+    def module(n: int = 2):
+        """The module whose D = 64 kernel has ``n`` consumer warpgroups."""
+        if n not in modules:
+            defines = {**base, "CONSUMERS_D64": n}
+            defines.update({f"DYNAMIC_D{D}": int(any(how(D, c, n) == "dynamic" for c in (False, True)))
+                            for D in (64, 128)})
+            modules[n] = load_cuda(SOURCE, arch="sm_90a", defines=defines)
+        return modules[n]
 
     def attention(q, k, v, *, causal: bool = False):
         check_inputs(q, k, v)
@@ -159,28 +185,30 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         B, H, S, D = q.shape
         o = output_like(q)                                                   # [B, H, S, D]
         rows = B * H * S
+        sms, l2 = _device_props(q.device)
+        n = consumers_d64 or consumers(D, S, B * H, sms) if D == 64 else 2    # consumer warpgroups
+        br = 64 * n                                                          # query rows per work tile
         bc = tiles[(D, bool(causal))]
-        rows_q = br(D, consumers)                                            # query rows per work tile
-        n_work = (S + rows_q - 1) // rows_q * B * H                                  # work tiles: Br query rows of one head
+        n_work = (S + br - 1) // br * B * H                                  # work tiles: Br query rows of one head
         if n_work + 1024 >= 2 ** 31:
             raise ValueError(f"{n_work} work tiles: more than the kernel's int indices hold")
-        sms, l2 = _device_props(q.device)
-        how = schedule[(D, bool(causal))]
-        grid = n_work if how == "grid" else min(n_work, sms)
-        sched = _counter(q.device) if how == "dynamic" and n_work > grid else 0    # 0: a null pointer
+        walk = how(D, bool(causal), n)
+        grid = n_work if walk == "grid" else min(n_work, sms)
+        sched = _counter(q.device) if walk == "dynamic" and n_work > grid else 0    # 0: a null pointer
         group = group_heads(S, D, l2, B * H) if causal and grouped else 1
-        tq = tma.tensor_map(q.view(rows, D), box_rows=rows_q, box_cols=BOX)  # boxes [Br, 64] of Q
+        tq = tma.tensor_map(q.view(rows, D), box_rows=br, box_cols=BOX)      # boxes [Br, 64] of Q
         tk = tma.tensor_map(k.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of K
         tv = tma.tensor_map(v.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of V
-        tma.launch(module().kernel(KERNELS[D]), grid=(grid,), block=(128 * (1 + consumers[D]),), shared_mem=smem[D],
+        tma.launch(module(n).kernel(KERNELS[D]), grid=(grid,), block=(128 * (1 + n),),
+                   shared_mem=shared_bytes(D, tiles=tiles, max_stages=max_stages, n_consumers=n),
                    args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal), sched, group,
-                         (S + rows_q - 1) // rows_q, n_work))
+                         (S + br - 1) // br, n_work))
         return o
 
     attention.module = module
-    attention.config = {"tiles": tiles, "schedule": schedule, "grouped": grouped, "max_stages": max_stages,
-                        "exp2_fma_every": exp2_fma_every, "row_split": row_split,
-                        "consumers": consumers}
+    attention.config = {"tiles": tiles, "schedule": schedule, "wide_schedule": wide_schedule, "grouped": grouped,
+                        "max_stages": max_stages, "exp2_fma_every": exp2_fma_every, "row_split": row_split,
+                        "consumers_d64": consumers_d64}
     return attention
 
 
