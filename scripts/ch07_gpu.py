@@ -82,7 +82,6 @@ VARIANTS = {
     "causal d128 Bc160":     (dict(tiles={(128, True): 160}), [(128, True)]),
     "causal d128 Bc192":     (dict(tiles={(128, True): 192}), [(128, True)]),
     "desc increments":       (dict(desc_inc=True), [(128, False), (128, True), (64, False), (64, True)]),
-    "skip masked tiles":     (dict(skip_masked=True), [(128, True), (64, True)]),
     "d64 2 consumers":       (dict(consumers_d64=2), [(64, False), (64, True)]),
     "d64 3 consumers":       (dict(consumers_d64=3), [(64, False), (64, True)]),
     "d64 3 consumers static": (dict(consumers_d64=3, wide_schedule={True: "static"}), [(64, True)]),

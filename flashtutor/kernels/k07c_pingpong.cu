@@ -78,9 +78,6 @@
 #ifndef FT_DESC_INC
 #define FT_DESC_INC 0                         // 1: wgmma descriptors built once per tile, stepped by adds
 #endif
-#ifndef FT_SKIP_MASKED
-#define FT_SKIP_MASKED 0                      // 1: with masking, a warpgroup skips the key tiles past its last row
-#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -468,13 +465,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         const Work wk = work_tile<D, BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
         const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
-#if FT_SKIP_MASKED
-        // The key tiles this warpgroup's rows see: with masking, none past its last row (the work tile's
-        // n_tiles are its last warpgroup's). It takes a turn for each of the others all the same, issuing nothing.
-        const int m_tiles = causal ? min(n_tiles, min(q0c + 63, S - 1) / BC + 1) : n_tiles;
-#else
-        const int m_tiles = n_tiles;
-#endif
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
         m_i[0] = m_i[1] = -CUDART_INF_F;
@@ -490,12 +480,12 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         wgmma_wait<0>();
         fence_regs(sc);
         release(sm.k_empty(), ks, nk);
-        if (m_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty());            // Q no longer read
+        if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty());            // Q no longer read
         mask_tile<BC>(sc, 0, q0c, r_lo, c_lane, S, causal);
         online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);
         pack_p();
 
-        for (int j = 1; j < m_tiles; ++j) {
+        for (int j = 1; j < n_tiles; ++j) {
             ks = wait_k();                                                // K_j has landed
             begin_turn();
             fence_regs(p);                                                // P_{j-1} is written (and S_{j-1} read)...
@@ -510,7 +500,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             wgmma_wait<1>();                                              // S_j is done; P·V may still run
             fence_regs(sc);
             release(sm.k_empty(), ks, nk);                                  // K_j no longer read
-            if (j == m_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty());    // nor Q, in this work tile
+            if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty());    // nor Q, in this work tile
             mask_tile<BC>(sc, j * BC, q0c, r_lo, c_lane, S, causal);
             online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);          // ...under the P·V
             wgmma_wait<0>();                                              // P_{j-1}·V_{j-1} is done
@@ -532,12 +522,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         wgmma_wait<0>();
         fence_regs(acc);
         release(sm.v_empty(), vs, nv);
-        for (int j = m_tiles; j < n_tiles; ++j) {                         // FT_SKIP_MASKED: the tiles it skips
-            release(sm.k_empty(), wait_k(), nk);                          // (waiting for each copy to land first:
-            release(sm.v_empty(), wait_v(), nv);                          //  an early arrival would count for
-            begin_turn();                                                 //  the slot's previous fill)
-            end_turn();
-        }
 
         float inv[2];
 #pragma unroll

@@ -149,14 +149,13 @@ def _counter(device):
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, skip_masked: bool = False, consumers_d64: int | None = None,
+            desc_inc: bool = False, consumers_d64: int | None = None,
             wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
     head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
-    per tile and stepped by adds: FT_DESC_INC), ``skip_masked`` (with masking, each consumer warpgroup skips the
-    key tiles past its last row: FT_SKIP_MASKED), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
+    per tile and stepped by adds: FT_DESC_INC), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
     None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
     (``module(n)``; its D = 128 kernel is the same in both)."""
     tiles = {**TILES, **(tiles or {})}
@@ -165,8 +164,6 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     base = _defines(tiles, max_stages, exp2_fma_every, row_split)
     if desc_inc:
         base["FT_DESC_INC"] = 1
-    if skip_masked:
-        base["FT_SKIP_MASKED"] = 1
 
     def how(D: int, causal: bool, n: int) -> str:                            # the schedule of a kernel
         return wide_schedule[causal] if D == 64 and n == WIDE_D64 else schedule[(D, causal)]
