@@ -304,3 +304,47 @@ def test_step_8d_s_page_and_header_quote_their_runs():
     py = " ".join((ROOT / "flashtutor/kernels/k08d_backward_ws.py").read_text().split())
     assert f"on the H100, {final} cuDNN's backward time at D = 128" in py
     assert a_final in " ".join(_markdown(ROOT / "chapters/08_backward/backward.ipynb").split())
+
+
+def test_issue_28_s_findings_quote_their_runs():
+    """Step 7c's three consumers at D = 64, the descriptor increments and the last-round probe (H100, 2026-11-28):
+    the ratios in the launcher's comment, the kernel's header and the chapter's take-aways, from the results files."""
+    folder = ROOT / "results/ch07-issue28-h100-2026-11-28"
+
+    def ab(name):
+        cases = json.loads((folder / name).read_text())["cases"]
+        return {(tuple(c["shape"]), c["causal"]): {b: v["ratio_vs_sdpa"] for b, v in c["builds"].items()}
+                for c in cases}
+    wide = ab("3-d64-consumers-ab.json")
+    three = lambda causal: "consumers_d64=3,schedule=dynamic" if causal else "consumers_d64=3"   # noqa: E731
+    pair = lambda shape, causal, sep: (f"{wide[(shape, causal)]['7c']:.3f}{sep}"                 # noqa: E731
+                                       f"{wide[(shape, causal)][three(causal)]:.3f}")
+    py = " ".join((ROOT / "flashtutor/kernels/k07c_pingpong.py").read_text().replace("#", "").split())
+    for shape, causal in (((2, 32, 16384, 64), False), ((2, 32, 16384, 64), True), ((2, 32, 8192, 64), False),
+                          ((4, 32, 4096, 64), False), ((2, 16, 2048, 64), False)):
+        assert pair(shape, causal, " → ") in py, (shape, causal)
+    takeaways = " ".join(_markdown(ROOT / "chapters/07_hopper/hopper.ipynb").split())
+    assert (f"from {pair((2, 32, 8192, 64), False, ' to ')} of SDPA's time on the H100, and "
+            f"{pair((2, 32, 8192, 64), True, ' to ')} with causal masking") in takeaways
+
+    seed = {r["variant"]: r["us"] for r in json.loads((folder / "3-d64-consumers-sweep.json").read_text())["sweep"]["records"]
+            if r["kind"] == "stream" and r["problem"] == "B1 H16 S1024 D64"}
+    assert f"15.7 → 18.4 µs" == f"{seed['default']:.1f} → {seed['d64 3 consumers']:.1f} µs" and "15.7 → 18.4 µs" in py
+    page = " ".join(_markdown(ROOT / "chapters/07_hopper/hopper_7c_pingpong.ipynb").split())
+    assert f"{seed['default']:.1f} µs with two consumers, {seed['d64 3 consumers']:.1f} with three" in page
+
+    desc = ab("1-desc-inc-ab.json")
+    slower = [100 * (r["desc_inc=1"] / r["7c"] - 1) for (shape, _), r in desc.items() if shape[3] == 64]
+    assert f"made $D = 64$ {min(slower):.0f}–{max(slower):.0f} % slower" in takeaways
+    same = ab("2-pvtrim-3wg-ab.json")        # at D = 128 "consumers_d64=3" is the default build: a noise floor
+    apart = max(abs(r["consumers_d64=3"] / r["7c"] - 1) for (shape, _), r in same.items() if shape[3] == 128)
+    assert f"differed by up to {100 * apart:.1f} %" in takeaways
+
+    probe = {tuple(c["shape"]): c for c in json.loads((folder / "5-tail-probe.json").read_text())["cases"]}
+    gains = [probe[(1, 132, 4096, 128)]["builds"][b]["median_us"] / 132 * 128 /
+             probe[(4, 32, 4096, 128)]["builds"][b]["median_us"] for b in ("7c", "SDPA (cudnn)")]
+    gains = [100 * (1 / g - 1) for g in gains]                    # more TFLOP/s with every round full
+    assert all(4 <= g < 5.5 for g in gains), gains
+    header = " ".join((ROOT / "flashtutor/kernels/k07c_pingpong.cu").read_text().replace("//", "").split())
+    assert "both this kernel and SDPA ran at 4-5% more TFLOP/s" in header
+    assert "both step 7c and SDPA ran 4–5 % more TFLOP/s" in takeaways

@@ -18,17 +18,25 @@
 //      warpgroup 0 does its softmax and the other way round — the tensor cores see back-to-back work.
 //      Turns per warpgroup and work tile: n_tiles + 1 (S_0 alone; S_j with P_{j-1}·V_{j-1};
 //      P_{n-1}·V_{n-1} alone). Warpgroup 0 starts: warpgroup 1 gives one arrival up front and skips
-//      its very last one, so both barriers end balanced.
+//      its very last one, so both barriers end balanced. With three consumers (D = 64, below) the turn
+//      goes round, c to c + 1 mod 3, and the last one gives the arrival up front and skips its last.
 // K and V have rings of their own (a full and an empty barrier per slot each), because they are freed
 // at different times: K_j as soon as S_j is done, V_j only after P_j·V_j. The producer loads in the
 // order the consumers use them (K_0, then K_j before V_{j-1}), and K runs a tile ahead of V.
-// Tiles: Br = 128 query rows (64 per consumer); Bc keys per K/V tile chosen per head dim and masking:
+// Tiles: Br = 64 query rows per consumer; Bc keys per K/V tile chosen per head dim and masking:
 // Bc = 176 at D = 128 (fewer per-tile costs — the rescale of O, the row reductions, the waits, the
 // turns — per key; FlashAttention-3's choice), 128 at D = 64. The row max and sum of the softmax are
 // computed as four partial results each (SOFTMAX_SPLIT), not as one chain of dependent instructions.
+// Consumers: two at D = 128 (Br = 128). At D = 64 a consumer's softmax (Bc exp2 per row on the MUFU unit,
+// which does 16 a cycle) takes about as long as its GEMMs (Bc·64·4 flops per row), so while one consumer
+// does its softmax the other's GEMMs alone cannot keep the tensor cores busy: the launcher compiles a second
+// kernel with three (CONSUMERS_D64 = 3, Br = 192, FlashAttention-3's choice at D = 64), whose tensor cores
+// have two other consumers' GEMMs to run during each softmax, and takes it wherever its wider work tiles
+// do not leave more of the grid idle in the last round than they gain (k07c_pingpong.py, consumers()).
+// Three consumers get 160 registers each (512 threads), enough for S, P and O at Bc = 128, not at 160.
 // Persistent grid: one block per SM (the launcher sizes the grid). Each block walks work tiles (work tile
-// = 128 query rows of one head) until none is left; the producer posts each tile's number in shared memory
-// beside its Q, and loads the next tile's Q as soon as both consumers have finished their last S = Q·Kᵀ,
+// = Br query rows of one head) until none is left; the producer posts each tile's number in shared memory
+// beside its Q, and loads the next tile's Q as soon as every consumer has finished its last S = Q·Kᵀ,
 // so the next tile's first loads overlap this tile's last P·V and its output stores. Without masking the
 // tiles are all alike and a block takes every gridDim.x-th one. With causal masking a tile's length grows
 // with its query block, so a fixed share would leave some SMs with more work than others: there a block
@@ -37,14 +45,17 @@
 //
 // What changed since step b: the consumer loop (prologue, pipelined body, epilogue), the named-barrier
 // turns, K and V rings with their own barriers and depth (as many slots as fit in 227 KB, up to 4),
-// the tile width per head dim, the split row reductions, the work-tile loop (with its counter) and the Q
-// full/empty barriers; the exercise's stop-instead-of-hang plumbing is gone (this file is not an exercise).
+// the tile width per head dim, the split row reductions, the work-tile loop (with its counter), the Q
+// full/empty barriers and three consumers at D = 64; the exercise's stop-instead-of-hang plumbing is gone
+// (this file is not an exercise).
 // Limitation: O is still written with 4-byte stores straight from registers (FlashAttention-3 goes
 // through shared memory and a TMA store), and a work tile's first Q·Kᵀ waits for its Q, which can only
-// be loaded once both consumers are done with the last one (one Q buffer: a second does not fit next to
+// be loaded once every consumer is done with the last one (one Q buffer: a second does not fit next to
 // two 44 KB K and V slots each); at S = 4096 the last key tile holds 48 of its 176 keys (3% of the
-// tensor-core work is padding); and the softmax's exp2 all run on the MUFU unit, which at D = 64 is as
-// busy as the tensor cores (64·Bc exp2 per 64·Bc·64·4 flops), so D = 64 stays softmax-bound.
+// tensor-core work is padding); and without masking the last round of work tiles is a partial one where
+// their number is not a multiple of the grid (4096 tiles at B4 H32 S4096 D128 make 31.03 rounds on 132 SMs,
+// so the 32nd keeps 4 SMs busy): at the same shape with 132 heads instead of 128 (32 full rounds) both this
+// kernel and SDPA ran at 4-5% more TFLOP/s (results/ch07-issue28-h100-2026-11-28/5-tail-probe.log).
 //
 // The header of k07a_wgmma_tma.cu explains TMA, the 128-byte swizzle, the wgmma descriptor and
 // fragment layouts; the one of solutions/07_hopper/attention.cu (step b) the producer/consumer roles

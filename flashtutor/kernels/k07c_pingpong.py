@@ -26,7 +26,8 @@ Br = 128                        # query rows per work tile with two consumer war
 # cores fed while two of them are in their softmax. H100, 2026-11-28, time ÷ SDPA's, events, one process
 # (results/ch07-issue28-h100-2026-11-28/3-d64-consumers-ab.log): B2 H32 S16384 D64 0.970 → 0.909 (causal
 # 0.981 → 0.899), S 8192 0.972 → 0.898, B4 H32 S4096 0.976 → 0.942; B2 H16 S2048 1.005 → 1.054 (fewer, wider
-# tiles: three rounds of them instead of four), B1 H16 S1024 1.42 → 2.26 (a third of its rows padding).
+# tiles: three rounds of them instead of four); at the seed shape B1 H16 S1024, graph-replayed, 15.7 → 18.4 µs
+# (3-d64-consumers-sweep.log: one work tile per SM either way, of 192 rows instead of 128).
 WIDE_D64 = 3
 WIDE_GAIN = 1.05                # the wider tiles' throughput over the narrow ones', less a margin (1.05-1.07 above)
 BOX = 64                        # fp16 columns per TMA box (128 bytes: the swizzle span)
