@@ -56,7 +56,8 @@ CHECK_SHAPES = [(2, 3, 1, 64), (2, 3, 113, 64), (3, 2, 1023, 64), (1, 16, 1024, 
 LARGE_LOGITS = [(1, 2, 1023, 64), (1, 2, 1023, 128)]          # q, k × 6: logits ×36
 TIME_SHAPES = [(4, 32, 4096, 128), (2, 32, 8192, 128), (2, 32, 16384, 128),
                (4, 32, 4096, 64), (2, 32, 8192, 64), (2, 32, 16384, 64), (1, 16, 1024, 64)]
-SWEEP_CHECKS = [(2, 3, 113, 64), (1, 2, 1023, 128), (1, 3, 4097, 64), (2, 80, 1000, 128), (3, 50, 777, 64)]
+SWEEP_CHECKS = [(2, 3, 113, 64), (1, 2, 1023, 128), (1, 3, 4097, 64), (2, 80, 1000, 128), (3, 50, 777, 64),
+                (1, 133, 1024, 128), (1, 34, 4000, 128), (1, 45, 3000, 64)]   # a partial last round (split_tail)
 # Step 7c's variants (k07c_pingpong.variant's arguments) and the (D, causal) pairs each one concerns.
 VARIANTS = {
     "d128 Bc128":            (dict(tiles={(128, False): 128}, schedule={(128, False): "grid"}), [(128, False)]),
@@ -82,6 +83,7 @@ VARIANTS = {
     "causal d128 Bc160":     (dict(tiles={(128, True): 160}), [(128, True)]),
     "causal d128 Bc192":     (dict(tiles={(128, True): 192}), [(128, True)]),
     "desc increments":       (dict(desc_inc=True), [(128, False), (128, True), (64, False), (64, True)]),
+    "split tail":            (dict(split_tail=True), [(128, False), (64, False)]),
     "d64 2 consumers":       (dict(consumers_d64=2), [(64, False), (64, True)]),
     "d64 3 consumers":       (dict(consumers_d64=3), [(64, False), (64, True)]),
     "d64 3 consumers static": (dict(consumers_d64=3, wide_schedule={True: "static"}), [(64, True)]),

@@ -89,6 +89,9 @@
 #ifndef FT_DESC_INC
 #define FT_DESC_INC 0                         // 1: wgmma descriptors built once per tile, stepped by adds
 #endif
+#ifndef FT_SPLIT_TAIL
+#define FT_SPLIT_TAIL 0                       // 1: the static walk's last, partial round split along the keys
+#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -245,6 +248,8 @@ struct Work {
     int row0;                                      // the head's first row in [B·H·S, D]
     int q0;                                        // the tile's first query row
     int n_tiles;                                   // key tiles it needs (causal: up to its last row)
+    int k0 = 0;                                    // its first key tile (FT_SPLIT_TAIL: a part's keys)
+    int part = -1;                                 // FT_SPLIT_TAIL: the part's slot in the workspace; -1: whole
 };
 template <int D, int BC, bool GROUPED>
 __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int group, int S, int causal) {
@@ -266,12 +271,36 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
     return {head * S, q0, causal ? min(n_key_tiles, last_row / BC + 1) : n_key_tiles};
 }
 
+// FT_SPLIT_TAIL. Without masking every work tile takes as long, so when their number is not a multiple of
+// the grid the static walk's last round keeps only a few SMs busy (4 of 132 at B4 H32 S4096 D128, for a
+// whole round). There the launcher passes split > 1: the n_full = n_work - n_work % gridDim.x tiles of the
+// full rounds are walked as before, and each tile of the last round becomes `split` parts of consecutive
+// key tiles, one per block — items n_full … n_full + split · (n_work - n_full) - 1 of the walk. A part
+// leaves its unnormalized O, row max and row sum in a workspace; the last part to finish (a counter per
+// tile, consumer and warp) adds them up and writes O.
+template <int D, int BC, bool GROUPED>
+__device__ __forceinline__ Work work_item(int w, int n_full, int split, int n_qblocks, int heads, int group, int S,
+                                          int causal) {
+#if FT_SPLIT_TAIL
+    if (split > 1 && w >= n_full) {
+        const int slot = w - n_full, chunk = slot % split;
+        Work wk = work_tile<D, BC, GROUPED>(n_full + slot / split, n_qblocks, heads, group, S, causal);
+        const int n = wk.n_tiles;
+        wk.k0 = chunk * n / split;
+        wk.n_tiles = (chunk + 1) * n / split - wk.k0;
+        wk.part = slot;
+        return wk;
+    }
+#endif
+    return work_tile<D, BC, GROUPED>(w, n_qblocks, heads, group, S, causal);
+}
+
 // The producer: one thread posts, per work tile, Q, then K_0, then K_j and V_{j-1} for j = 1…n-1, then
 // V_{n-1} — each into its ring's next slot once the consumers have released that slot.
 template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMap* tmQ, const CUtensorMap* tmK,
                                          const CUtensorMap* tmV, int n_qblocks, int n_work, int heads, int group,
-                                         int S, int causal, int* sched) {
+                                         int S, int causal, int* sched, int n_full, int split) {
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     int nk = 0, nv = 0;                                              // K and V tiles posted so far (all work tiles)
@@ -297,16 +326,17 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
             if (w >= n_work) break;
             if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);
         }
-        const Work wk = work_tile<D, BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
+        const Work wk = work_item<D, BC, DYNAMIC>(w, n_full, split, n_qblocks, heads, group, S, causal);
         mbar_arrive_expect_tx(sm.q_full(), T::Q_BYTES);
 #pragma unroll
         for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q() + b * T::Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full());
-        post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, wk.row0);
+        const int kv0 = wk.row0 + wk.k0 * BC;                          // the first key row it needs
+        post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, kv0);
         for (int j = 1; j < wk.n_tiles; ++j) {
-            post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, wk.row0 + j * BC);
-            post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, wk.row0 + (j - 1) * BC);
+            post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, kv0 + j * BC);
+            post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, kv0 + (j - 1) * BC);
         }
-        post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, wk.row0 + (wk.n_tiles - 1) * BC);
+        post(sm.v(), sm.v_full(), sm.v_empty(), tmV, nv, kv0 + (wk.n_tiles - 1) * BC);
         w = DYNAMIC ? atomicAdd(sched, 1) : w + (int)gridDim.x;
     }
     // Every block takes from the counter until it reads n_work or more, so once all gridDim.x blocks
@@ -393,7 +423,8 @@ __device__ __forceinline__ void online_softmax(float (&sc)[BC / 2], float (&m_i)
 // A consumer warpgroup: 64 query rows of each work tile, against every K/V tile the producer loads.
 template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int n_qblocks,
-                                         int n_work, int heads, int group, int S, float scale_log2, int causal) {
+                                         int n_work, int heads, int group, int S, float scale_log2, int causal,
+                                         int n_full, int split, float* __restrict__ ws, int* __restrict__ counts) {
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
@@ -473,7 +504,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             w = ld_shared(sm.work());                                     // or said there is none left
         }
         if (w >= n_work) break;
-        const Work wk = work_tile<D, BC, DYNAMIC>(w, n_qblocks, heads, group, S, causal);
+        const Work wk = work_item<D, BC, DYNAMIC>(w, n_full, split, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
         const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
 #pragma unroll
@@ -492,7 +523,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         fence_regs(sc);
         release(sm.k_empty(), ks, nk);
         if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty());            // Q no longer read
-        mask_tile<BC>(sc, 0, q0c, r_lo, c_lane, S, causal);
+        mask_tile<BC>(sc, wk.k0 * BC, q0c, r_lo, c_lane, S, causal);
         online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);
         pack_p();
 
@@ -512,7 +543,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             fence_regs(sc);
             release(sm.k_empty(), ks, nk);                                  // K_j no longer read
             if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty());    // nor Q, in this work tile
-            mask_tile<BC>(sc, j * BC, q0c, r_lo, c_lane, S, causal);
+            mask_tile<BC>(sc, (wk.k0 + j) * BC, q0c, r_lo, c_lane, S, causal);
             online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);          // ...under the P·V
             wgmma_wait<0>();                                              // P_{j-1}·V_{j-1} is done
             fence_regs(acc);
@@ -540,10 +571,57 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             float l = l_i[h];
             l += __shfl_xor_sync(0xffffffffu, l, 1);                      // the row sum is spread over the quad
             l += __shfl_xor_sync(0xffffffffu, l, 2);
+            l_i[h] = l;
             inv[h] = 1.f / l;                                             // l > 0: every row sees key 0
         }
+        bool store = true;
+#if FT_SPLIT_TAIL
+        if (wk.part >= 0) {                                               // one part of a split tile: see work_item
+            constexpr int N = Roles<D>::CONSUMERS, WORDS = D / 2 + 4;     // per thread: O, then m and l per row
+            auto slot = [&](int part) { return ws + (size_t)(part * N + c) * WORDS * 128 + tid; };
+            float* mine = slot(wk.part);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < D / 2; ++i) mine[i * 128] = acc[i];       // thread-major: coalesced
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                mine[(D / 2 + h) * 128] = m_i[h];
+                mine[(D / 2 + 2 + h) * 128] = l_i[h];
+            }
+            __threadfence();                                              // visible before the counter says so
+            __syncwarp();
+            const int tile = wk.part / split;                             // among the last round's tiles
+            int* count = counts + (tile * N + c) * 4 + warp;              // a warp's 16 rows are its own
+            int done = 0;
+            if (lane == 0) done = atomicAdd(count, 1);
+            done = __shfl_sync(0xffffffffu, done, 0);
+            store = done == split - 1;                                    // the last part of these rows adds up
+            if (store) {
+                __threadfence();
+                float mx[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};
+                for (int p = 0; p < split; ++p)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], slot(tile * split + p)[(D / 2 + h) * 128]);
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+                for (int p = 0; p < split; ++p) {
+                    const float* part = slot(tile * split + p);
+                    float wgt[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        wgt[h] = fast_exp2(part[(D / 2 + h) * 128] - mx[h]);   // its O and l are relative to its max
+                        l[h] += wgt[h] * part[(D / 2 + 2 + h) * 128];
+                    }
+#pragma unroll
+                    for (int i = 0; i < D / 2; ++i) acc[i] += wgt[(i / 2) % 2] * part[i * 128];
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) inv[h] = 1.f / l[h];
+                if (lane == 0) *count = 0;                                // every part has counted: ready for the next launch
+            }
+        }
+#endif
+#pragma unroll
+        for (int h = 0; h < 2 && store; ++h) {
             const int row = q0c + r_lo + 8 * h;
             if (row >= S) continue;                                       // padding rows of the last tile
             __half* out = O + (size_t)(wk.row0 + row) * D + c_lane;
@@ -578,7 +656,7 @@ template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
                                           const CUtensorMap* tmK, const CUtensorMap* tmV, __half* __restrict__ O,
                                           int S, int n_qblocks, int n_work, int heads, int group, float scale_log2,
-                                          int causal, int* sched) {
+                                          int causal, int* sched, int split, float* ws, int* counts) {
     const Smem<D, BC> sm(base);
     if (threadIdx.x == 0) {
         tma_prefetch_map(tmQ); tma_prefetch_map(tmK); tma_prefetch_map(tmV);
@@ -591,18 +669,27 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
     // dynamic walk reads the launcher's counts (its producer, at 24 registers, spilled a computed one).
     // Computed here, the D = 64 kernel ran 2-8% faster than with the parameters (H100 A/B, one process,
     // results/ch07-static-counts-ab-h100-2026-11-26.txt): the compiler schedules the softmax differently.
+    // FT_SPLIT_TAIL (static walk, split > 1): the walk's items are the full rounds' tiles, then the parts.
+    auto items = [&](int tiles, int& n_full) {
+        n_full = FT_SPLIT_TAIL && !DYNAMIC && split > 1 ? tiles - tiles % (int)gridDim.x : tiles;
+        return n_full + (tiles - n_full) * split;
+    };
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
     if (wg == 0) {
         setmaxnreg_dec<Roles<D>::PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             const int nq = DYNAMIC ? n_qblocks : (S + Roles<D>::Br - 1) / Roles<D>::Br;
-            producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, nq, DYNAMIC ? n_work : nq * heads, heads, group, S, causal, sched);
+            int n_full;
+            const int n_items = items(DYNAMIC ? n_work : nq * heads, n_full);
+            producer<D, BC, DYNAMIC>(sm, tmQ, tmK, tmV, nq, n_items, heads, group, S, causal, sched, n_full, split);
         }
     } else {
         setmaxnreg_inc<Roles<D>::CONSUMER_REGS>();
         const int nq = DYNAMIC ? n_qblocks : (S + Roles<D>::Br - 1) / Roles<D>::Br;
-        consumer<D, BC, DYNAMIC>(sm, wg - 1, O, nq, DYNAMIC ? n_work : nq * heads, DYNAMIC ? heads : 1,
-                                 DYNAMIC ? group : 1, S, scale_log2, causal);
+        int n_full;
+        const int n_items = items(DYNAMIC ? n_work : nq * heads, n_full);
+        consumer<D, BC, DYNAMIC>(sm, wg - 1, O, nq, n_items, DYNAMIC ? heads : 1,
+                                 DYNAMIC ? group : 1, S, scale_log2, causal, n_full, split, ws, counts);
     }
 }
 
@@ -615,7 +702,10 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
                                                 int* sched,               // [2] zeros, or nullptr: a static walk
                                                 int group,                // heads per group of the work order
                                                 int n_qblocks,            // ceil(S / Br): query blocks per head
-                                                int n_work) {             // n_qblocks · heads: the work tiles
+                                                int n_work,               // n_qblocks · heads: the work tiles
+                                                int split,                // FT_SPLIT_TAIL: parts per tile of the last round
+                                                float* ws,                // ... their O, m and l
+                                                int* counts) {            // ... zeros: parts done per tile, consumer, warp
     // (n_qblocks and n_work come from the launcher for the dynamic walk: a kernel parameter is read from the
     // constant bank where it is used, where a value computed here is held in a register, and that walk's
     // producer, at 24, spilled it; the static walk computes them, see run_block.)
@@ -630,11 +720,14 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
     // only when DYNAMIC_D64 says so.)
     constexpr bool DYNAMIC = D == 64 ? DYNAMIC_D64 : DYNAMIC_D128;
     if (DYNAMIC && sched) {
-        run_block<D, BC_CAUSAL, DYNAMIC>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
+        run_block<D, BC_CAUSAL, DYNAMIC>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched,
+                                         split, ws, counts);
     } else if (BC == BC_CAUSAL || !causal) {
-        run_block<D, BC, false>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
+        run_block<D, BC, false>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched,
+                                         split, ws, counts);
     } else {
-        run_block<D, BC_CAUSAL, false>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched);
+        run_block<D, BC_CAUSAL, false>(base, tmQ, tmK, tmV, O, S, n_qblocks, n_work, heads, group, scale_log2, causal, sched,
+                                         split, ws, counts);
     }
 }
 
@@ -643,12 +736,14 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
 extern "C" __global__ void __launch_bounds__(Roles<64>::THREADS, 1) pingpong_d64(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
-    int* sched, int group, int n_qblocks, int n_work) {
-    attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group, n_qblocks, n_work);
+    int* sched, int group, int n_qblocks, int n_work, int split, float* ws, int* counts) {
+    attention_block<64>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group, n_qblocks, n_work, split, ws,
+                        counts);
 }
 extern "C" __global__ void __launch_bounds__(Roles<128>::THREADS, 1) pingpong_d128(
     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, __half* O, int S, int heads, float scale_log2, int causal,
-    int* sched, int group, int n_qblocks, int n_work) {
-    attention_block<128>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group, n_qblocks, n_work);
+    int* sched, int group, int n_qblocks, int n_work, int split, float* ws, int* counts) {
+    attention_block<128>(&tmQ, &tmK, &tmV, O, S, heads, scale_log2, causal, sched, group, n_qblocks, n_work, split, ws,
+                        counts);
 }

@@ -51,6 +51,7 @@ SCHEDULE = {(64, False): "static", (64, True): "static", (128, False): "static",
 # hands some blocks only the longest tiles (at S = 4096, 22 query blocks per head and 132 = 6 · 22 SMs: every
 # block gets the same query block each time), 1.71× SDPA's time against the counter's 1.006 (same file).
 WIDE_SCHEDULE = {False: "static", True: "dynamic"}
+TAIL_KEYS = 3                   # FT_SPLIT_TAIL: key tiles per part of a split tile, at least
 L2_SHARE = 0.5                  # the work order groups heads whose K and V fill at most this share of L2
 EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on the FMA pipe (the .cu's EXP2_FMA_EVERY)
 SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
@@ -148,15 +149,44 @@ def _counter(device):
     return _counters[key]
 
 
+_tails: dict[tuple[int, int], list] = {}
+
+
+def _tail_buffers(device, floats: int, ints: int):
+    """FT_SPLIT_TAIL's workspace (the parts' O, m and l, fp32) and zeroed counters, per (device, stream), grown as
+    needed. The kernel's last part of each tile's rows resets its counter, so the zeros serve the next launch."""
+    import torch
+    key = (device.index if device.index is not None else torch.cuda.current_device(),
+           torch.cuda.current_stream(device).cuda_stream)
+    ws, counts = _tails.get(key, (None, None))
+    if ws is None or ws.numel() < floats:
+        ws = torch.empty(floats, dtype=torch.float32, device=device)
+    if counts is None or counts.numel() < ints:
+        counts = torch.zeros(ints, dtype=torch.int32, device=device)
+    _tails[key] = (ws, counts)
+    return ws, counts
+
+
+def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
+    """FT_SPLIT_TAIL: parts per tile of the static walk's last, partial round (0: not split) — as many as the
+    idle blocks allow, with TAIL_KEYS key tiles each at least."""
+    tail = n_work % grid
+    if n_work <= grid or tail == 0:
+        return 0
+    split = min(grid // tail, n_key_tiles // TAIL_KEYS)
+    return split if split > 1 else 0
+
+
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, consumers_d64: int | None = None,
+            desc_inc: bool = False, split_tail: bool = False, consumers_d64: int | None = None,
             wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
     head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
-    per tile and stepped by adds: FT_DESC_INC), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
+    per tile and stepped by adds: FT_DESC_INC), ``split_tail`` (without masking, the last partial round of work
+    tiles split along the keys over the idle SMs: FT_SPLIT_TAIL), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
     None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
     (``module(n)``; its D = 128 kernel is the same in both)."""
     tiles = {**TILES, **(tiles or {})}
@@ -165,6 +195,8 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     base = _defines(tiles, max_stages, exp2_fma_every, row_split)
     if desc_inc:
         base["FT_DESC_INC"] = 1
+    if split_tail:
+        base["FT_SPLIT_TAIL"] = 1
 
     def how(D: int, causal: bool, n: int) -> str:                            # the schedule of a kernel
         return wide_schedule[causal] if D == 64 and n == WIDE_D64 else schedule[(D, causal)]
@@ -197,19 +229,25 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         grid = n_work if walk == "grid" else min(n_work, sms)
         sched = _counter(q.device) if walk == "dynamic" and n_work > grid else 0    # 0: a null pointer
         group = group_heads(S, D, l2, B * H) if causal and grouped else 1
+        split, ws, counts = 0, 0, 0                                          # 0: null pointers
+        if split_tail and walk == "static" and not causal:
+            split = split_parts(n_work, grid, (S + bc - 1) // bc)
+            if split:
+                parts = n_work % grid * split
+                ws, counts = _tail_buffers(q.device, parts * n * (D // 2 + 4) * 128, parts // split * n * 4)
         tq = tma.tensor_map(q.view(rows, D), box_rows=br, box_cols=BOX)      # boxes [Br, 64] of Q
         tk = tma.tensor_map(k.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of K
         tv = tma.tensor_map(v.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of V
         tma.launch(module(n).kernel(KERNELS[D]), grid=(grid,), block=(128 * (1 + n),),
                    shared_mem=shared_bytes(D, tiles=tiles, max_stages=max_stages, n_consumers=n),
                    args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal), sched, group,
-                         (S + br - 1) // br, n_work))
+                         (S + br - 1) // br, n_work, split, ws, counts))
         return o
 
     attention.module = module
     attention.config = {"tiles": tiles, "schedule": schedule, "wide_schedule": wide_schedule, "grouped": grouped,
                         "max_stages": max_stages, "exp2_fma_every": exp2_fma_every, "row_split": row_split,
-                        "consumers_d64": consumers_d64}
+                        "consumers_d64": consumers_d64, "split_tail": split_tail}
     return attention
 
 
