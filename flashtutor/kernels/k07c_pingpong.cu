@@ -600,7 +600,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
                 float mx[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};
                 for (int p = 0; p < split; ++p)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], slot(tile * split + p)[(D / 2 + h) * 128]);
+                    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], __ldcg(slot(tile * split + p) + (D / 2 + h) * 128));
 #pragma unroll
                 for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
                 for (int p = 0; p < split; ++p) {
@@ -608,11 +608,11 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
                     float wgt[2];
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        wgt[h] = fast_exp2(part[(D / 2 + h) * 128] - mx[h]);   // its O and l are relative to its max
-                        l[h] += wgt[h] * part[(D / 2 + 2 + h) * 128];
+                        wgt[h] = fast_exp2(__ldcg(part + (D / 2 + h) * 128) - mx[h]);   // its O and l: relative to its max
+                        l[h] += wgt[h] * __ldcg(part + (D / 2 + 2 + h) * 128);
                     }
 #pragma unroll
-                    for (int i = 0; i < D / 2; ++i) acc[i] += wgt[(i / 2) % 2] * part[i * 128];
+                    for (int i = 0; i < D / 2; ++i) acc[i] += wgt[(i / 2) % 2] * __ldcg(part + i * 128);   // (L2: other SMs wrote it)
                 }
 #pragma unroll
                 for (int h = 0; h < 2; ++h) inv[h] = 1.f / l[h];
