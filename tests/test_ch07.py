@@ -289,6 +289,8 @@ def test_step_c_tiles_agree_with_the_kernel(tmp_path):
         lines.append(f'static_assert(Tiles<{D}, {bc}>::STAGES == {k07c.stages(D, causal)}, "stages {D} {causal}");')
     lines.append(f'static_assert(MAX_STAGES == {k07c.MAX_STAGES} && EXP2_FMA_EVERY == {k07c.EXP2_FMA_EVERY} '
                  f'&& SOFTMAX_SPLIT == {k07c.SOFTMAX_SPLIT}, "knobs");')
+    lines.append(f'static_assert(SPLIT_TAIL_D64 == {int(k07c.SPLIT_TAIL[64])} && SPLIT_TAIL_D128 == '
+                 f'{int(k07c.SPLIT_TAIL[128])}, "split last round");')
     probe.write_text("\n".join(lines) + "\n")
     load_cuda(probe, arch="sm_90a")
     assert k07c.stages(128, False) >= 2 and k07c.stages(128, True) >= 2
@@ -334,6 +336,22 @@ def test_step_c_three_consumer_warpgroups_where_the_wider_tiles_pay():
     assert "Potential Performance Loss" not in log, log
 
 
+def test_step_c_splits_only_a_partial_last_round():
+    """The launcher splits the last round of work tiles only where it is partial and the idle blocks can take
+    two parts or more of TAIL_KEYS key tiles each: 4096 tiles on 132 SMs leave 4 for the last round, 33 idle
+    blocks each, capped by 24 key tiles / 3; a multiple of the grid, a single round, or a tail too large to
+    split is not split."""
+    from flashtutor.kernels import k07c_pingpong as k07c
+    assert k07c.TAIL_KEYS == 3
+    assert k07c.split_parts(4096, 132, 24) == 8          # B4 H32 S4096 D128: 24 key tiles of 176
+    assert k07c.split_parts(4096, 132, 47) == 15         # B2 H32 S8192
+    assert k07c.split_parts(8192, 132, 94) == 16         # B2 H32 S16384: 8 tiles left, 132 // 8 blocks each
+    assert k07c.split_parts(132 * 32, 132, 24) == 0      # full rounds only
+    assert k07c.split_parts(100, 132, 24) == 0           # one round: nothing waits for it
+    assert k07c.split_parts(132 + 70, 132, 24) == 0      # 70 left: one block each already
+    assert k07c.split_parts(132 + 4, 132, 5) == 0        # 5 key tiles: no two parts of 3
+
+
 def test_step_c_descriptor_increments_build_the_same_descriptors_with_fewer_uniform_instructions():
     """FT_DESC_INC (issue 28's first candidate, to be timed on an H100): each tile's wgmma descriptors are built once
     and stepped by adding offset / 16, instead of make_desc per instruction. The same descriptor for every base
@@ -371,7 +389,8 @@ def test_the_event_timed_ab_script_builds_the_variants_it_names():
     spec = importlib.util.spec_from_file_location("ch07c_ab", ROOT / "scripts/ch07c_ab.py")
     ab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ab)
-    att = ab.build("desc_inc=1,tiles=128", 128, False)
+    att = ab.build("desc_inc=1,tiles=128,split_tail=0", 128, False)
+    assert att.config["split_tail"] == {64: False, 128: False}
     assert att.module().resources()["pingpong_d128"]["spill_instructions"] == 0
     with pytest.raises(TypeError):
         ab.build("no_such_knob=1", 64, False)

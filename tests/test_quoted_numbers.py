@@ -340,6 +340,13 @@ def test_issue_28_s_findings_quote_their_runs():
     apart = max(abs(r["consumers_d64=3"] / r["7c"] - 1) for (shape, _), r in same.items() if shape[3] == 128)
     assert f"differed by up to {100 * apart:.1f} %" in takeaways
 
+    split = ab("7-split-tail-ab.json")
+    for (shape, causal), r in split.items():
+        if shape[0] > 1:                                   # the large shapes (the last one checks the split)
+            assert f"{r['7c']:.3f} → {r['split_tail=1']:.3f}" in py, shape
+    r = split[((4, 32, 4096, 128), False)]
+    assert f"from {r['7c']:.3f} to {r['split_tail=1']:.3f} of SDPA's time there" in takeaways
+
     probe = {tuple(c["shape"]): c for c in json.loads((folder / "5-tail-probe.json").read_text())["cases"]}
     gains = [probe[(1, 132, 4096, 128)]["builds"][b]["median_us"] / 132 * 128 /
              probe[(4, 32, 4096, 128)]["builds"][b]["median_us"] for b in ("7c", "SDPA (cudnn)")]

@@ -42,20 +42,25 @@
 // with its query block, so a fixed share would leave some SMs with more work than others: there a block
 // takes the next tile from a counter in global memory (an atomicAdd), and the tiles are numbered heaviest
 // first, in groups of heads whose K and V fit in L2 together. The kernel's last block resets the counter.
+// Split last round (D = 128, no masking): where the number of work tiles is not a multiple of the grid, the
+// last round of the static walk would keep a few SMs busy for a whole tile while the rest wait (4 of 132 at
+// B4 H32 S4096 D128: 31.03 rounds). Each tile of that round is split along the keys into one part per idle
+// block (work_item); a part writes its unnormalized O, row max and row sum to a workspace, and the last part
+// to finish adds them up, as chapter 6's split-KV kernel does in a kernel of its own.
 //
 // What changed since step b: the consumer loop (prologue, pipelined body, epilogue), the named-barrier
 // turns, K and V rings with their own barriers and depth (as many slots as fit in 227 KB, up to 4),
 // the tile width per head dim, the split row reductions, the work-tile loop (with its counter), the Q
-// full/empty barriers and three consumers at D = 64; the exercise's stop-instead-of-hang plumbing is gone
+// full/empty barriers, three consumers at D = 64 and the split last round; the exercise's stop-instead-of-hang plumbing is gone
 // (this file is not an exercise).
 // Limitation: O is still written with 4-byte stores straight from registers (FlashAttention-3 goes
 // through shared memory and a TMA store), and a work tile's first Q·Kᵀ waits for its Q, which can only
 // be loaded once every consumer is done with the last one (one Q buffer: a second does not fit next to
 // two 44 KB K and V slots each); at S = 4096 the last key tile holds 48 of its 176 keys (3% of the
-// tensor-core work is padding); and without masking the last round of work tiles is a partial one where
-// their number is not a multiple of the grid (4096 tiles at B4 H32 S4096 D128 make 31.03 rounds on 132 SMs,
-// so the 32nd keeps 4 SMs busy): at the same shape with 132 heads instead of 128 (32 full rounds) both this
-// kernel and SDPA ran at 4-5% more TFLOP/s (results/ch07-issue28-h100-2026-11-28/5-tail-probe.log).
+// tensor-core work is padding); and at D = 64 the last round is not split (no gain measured there). The
+// split round's parts each start a pipeline of their own, so they recover less than the partial round
+// costs: with 132 heads instead of 128 at B4 H32 S4096 D128 (32 full rounds, none partial) both this kernel
+// and SDPA ran at 4-5% more TFLOP/s before the split (results/ch07-issue28-h100-2026-11-28/5-tail-probe.log).
 //
 // The header of k07a_wgmma_tma.cu explains TMA, the 128-byte swizzle, the wgmma descriptor and
 // fragment layouts; the one of solutions/07_hopper/attention.cu (step b) the producer/consumer roles
@@ -89,8 +94,11 @@
 #ifndef FT_DESC_INC
 #define FT_DESC_INC 0                         // 1: wgmma descriptors built once per tile, stepped by adds
 #endif
-#ifndef FT_SPLIT_TAIL
-#define FT_SPLIT_TAIL 0                       // 1: the static walk's last, partial round split along the keys
+#ifndef SPLIT_TAIL_D64
+#define SPLIT_TAIL_D64 0                      // 1: at D = 64 the static walk's last, partial round is split (work_item)
+#endif
+#ifndef SPLIT_TAIL_D128
+#define SPLIT_TAIL_D128 1                     // ... at D = 128 (the launcher splits it without masking)
 #endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
@@ -248,8 +256,8 @@ struct Work {
     int row0;                                      // the head's first row in [B·H·S, D]
     int q0;                                        // the tile's first query row
     int n_tiles;                                   // key tiles it needs (causal: up to its last row)
-    int k0 = 0;                                    // its first key tile (FT_SPLIT_TAIL: a part's keys)
-    int part = -1;                                 // FT_SPLIT_TAIL: the part's slot in the workspace; -1: whole
+    int k0 = 0;                                    // its first key tile (a part of a split tile: its keys')
+    int part = -1;                                 // a part's slot in the workspace; -1: a whole tile
 };
 template <int D, int BC, bool GROUPED>
 __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int group, int S, int causal) {
@@ -271,7 +279,7 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
     return {head * S, q0, causal ? min(n_key_tiles, last_row / BC + 1) : n_key_tiles};
 }
 
-// FT_SPLIT_TAIL. Without masking every work tile takes as long, so when their number is not a multiple of
+// The split last round. Without masking every work tile takes as long, so when their number is not a multiple of
 // the grid the static walk's last round keeps only a few SMs busy (4 of 132 at B4 H32 S4096 D128, for a
 // whole round). There the launcher passes split > 1: the n_full = n_work - n_work % gridDim.x tiles of the
 // full rounds are walked as before, and each tile of the last round becomes `split` parts of consecutive
@@ -281,8 +289,8 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
 template <int D, int BC, bool GROUPED>
 __device__ __forceinline__ Work work_item(int w, int n_full, int split, int n_qblocks, int heads, int group, int S,
                                           int causal) {
-#if FT_SPLIT_TAIL
-    if (split > 1 && w >= n_full) {
+    constexpr bool SPLIT = (D == 64 ? SPLIT_TAIL_D64 : SPLIT_TAIL_D128) && !GROUPED;   // static walks only
+    if (SPLIT && split > 1 && w >= n_full) {
         const int slot = w - n_full, chunk = slot % split;
         Work wk = work_tile<D, BC, GROUPED>(n_full + slot / split, n_qblocks, heads, group, S, causal);
         const int n = wk.n_tiles;
@@ -291,7 +299,6 @@ __device__ __forceinline__ Work work_item(int w, int n_full, int split, int n_qb
         wk.part = slot;
         return wk;
     }
-#endif
     return work_tile<D, BC, GROUPED>(w, n_qblocks, heads, group, S, causal);
 }
 
@@ -575,7 +582,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             inv[h] = 1.f / l;                                             // l > 0: every row sees key 0
         }
         bool store = true;
-#if FT_SPLIT_TAIL
         if (wk.part >= 0) {                                               // one part of a split tile: see work_item
             constexpr int N = Roles<D>::CONSUMERS, WORDS = D / 2 + 4;     // per thread: O, then m and l per row
             auto slot = [&](int part) { return ws + (size_t)(part * N + c) * WORDS * 128 + tid; };
@@ -619,7 +625,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
                 if (lane == 0) *count = 0;                                // every part has counted: ready for the next launch
             }
         }
-#endif
 #pragma unroll
         for (int h = 0; h < 2 && store; ++h) {
             const int row = q0c + r_lo + 8 * h;
@@ -669,9 +674,10 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
     // dynamic walk reads the launcher's counts (its producer, at 24 registers, spilled a computed one).
     // Computed here, the D = 64 kernel ran 2-8% faster than with the parameters (H100 A/B, one process,
     // results/ch07-static-counts-ab-h100-2026-11-26.txt): the compiler schedules the softmax differently.
-    // FT_SPLIT_TAIL (static walk, split > 1): the walk's items are the full rounds' tiles, then the parts.
+    // A split last round (static walk, split > 1): the walk's items are the full rounds' tiles, then the parts.
     auto items = [&](int tiles, int& n_full) {
-        n_full = FT_SPLIT_TAIL && !DYNAMIC && split > 1 ? tiles - tiles % (int)gridDim.x : tiles;
+        constexpr bool SPLIT = (D == 64 ? SPLIT_TAIL_D64 : SPLIT_TAIL_D128) && !DYNAMIC;
+        n_full = SPLIT && split > 1 ? tiles - tiles % (int)gridDim.x : tiles;
         return n_full + (tiles - n_full) * split;
     };
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers
@@ -703,7 +709,7 @@ __device__ __forceinline__ void attention_block(const CUtensorMap* tmQ,   // [B�
                                                 int group,                // heads per group of the work order
                                                 int n_qblocks,            // ceil(S / Br): query blocks per head
                                                 int n_work,               // n_qblocks · heads: the work tiles
-                                                int split,                // FT_SPLIT_TAIL: parts per tile of the last round
+                                                int split,                // parts per tile of a split last round, or 0
                                                 float* ws,                // ... their O, m and l
                                                 int* counts) {            // ... zeros: parts done per tile, consumer, warp
     // (n_qblocks and n_work come from the launcher for the dynamic walk: a kernel parameter is read from the

@@ -51,7 +51,16 @@ SCHEDULE = {(64, False): "static", (64, True): "static", (128, False): "static",
 # hands some blocks only the longest tiles (at S = 4096, 22 query blocks per head and 132 = 6 · 22 SMs: every
 # block gets the same query block each time), 1.71× SDPA's time against the counter's 1.006 (same file).
 WIDE_SCHEDULE = {False: "static", True: "dynamic"}
-TAIL_KEYS = 3                   # FT_SPLIT_TAIL: key tiles per part of a split tile, at least
+# Without masking, a static walk's last round of work tiles is a partial one wherever their number is not a
+# multiple of the grid (4096 tiles on 132 SMs: 31 full rounds, then 4 tiles on 4 SMs). Where SPLIT_TAIL says so
+# (the .cu's SPLIT_TAIL_D64 / _D128), the launcher splits each tile of that round along the keys into as many
+# parts as there are idle blocks for (``split_parts``), and the last part to finish adds them up. H100,
+# 2026-11-28, time ÷ SDPA's, events, one process (results/ch07-issue28-h100-2026-11-28/7-split-tail-ab.log):
+# B4 H32 S4096 D128 1.001 → 0.968, B2 H32 S8192 0.967 → 0.936, B2 H32 S16384 0.958 → 0.940; at D = 64 no gain
+# (0.928 → 0.918, 0.886 → 0.896, 0.894 → 0.902), and the seed shape, which never splits, ran slower in the
+# kernel built with it (7-split-tail-sweep.log): D = 128 only.
+SPLIT_TAIL = {64: False, 128: True}
+TAIL_KEYS = 3                   # key tiles per part of a split tile, at least
 L2_SHARE = 0.5                  # the work order groups heads whose K and V fill at most this share of L2
 EXP2_FMA_EVERY = 0              # 0: every exp2 on MUFU; k: one score in k on the FMA pipe (the .cu's EXP2_FMA_EVERY)
 SOFTMAX_SPLIT = 4               # partial row maxima and sums per thread and row (the .cu's SOFTMAX_SPLIT)
@@ -153,7 +162,7 @@ _tails: dict[tuple[int, int], list] = {}
 
 
 def _tail_buffers(device, floats: int, ints: int):
-    """FT_SPLIT_TAIL's workspace (the parts' O, m and l, fp32) and zeroed counters, per (device, stream), grown as
+    """The split last round's workspace (the parts' O, m and l, fp32) and zeroed counters, per (device, stream), grown as
     needed. The kernel's last part of each tile's rows resets its counter, so the zeros serve the next launch."""
     import torch
     key = (device.index if device.index is not None else torch.cuda.current_device(),
@@ -168,8 +177,8 @@ def _tail_buffers(device, floats: int, ints: int):
 
 
 def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
-    """FT_SPLIT_TAIL: parts per tile of the static walk's last, partial round (0: not split) — as many as the
-    idle blocks allow, with TAIL_KEYS key tiles each at least."""
+    """Parts per tile of the static walk's last, partial round (0: not split) — as many as the idle blocks allow,
+    with TAIL_KEYS key tiles each at least."""
     tail = n_work % grid
     if n_work <= grid or tail == 0:
         return 0
@@ -179,14 +188,14 @@ def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, split_tail: bool = False, consumers_d64: int | None = None,
+            desc_inc: bool = False, split_tail: dict | None = None, consumers_d64: int | None = None,
             wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
     head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
-    per tile and stepped by adds: FT_DESC_INC), ``split_tail`` (without masking, the last partial round of work
-    tiles split along the keys over the idle SMs: FT_SPLIT_TAIL), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
+    per tile and stepped by adds: FT_DESC_INC), ``split_tail`` (D → whether, without masking, the last partial
+    round of work tiles is split along the keys over the idle SMs), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
     None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
     (``module(n)``; its D = 128 kernel is the same in both)."""
     tiles = {**TILES, **(tiles or {})}
@@ -195,8 +204,8 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     base = _defines(tiles, max_stages, exp2_fma_every, row_split)
     if desc_inc:
         base["FT_DESC_INC"] = 1
-    if split_tail:
-        base["FT_SPLIT_TAIL"] = 1
+    split_tail = {**SPLIT_TAIL, **(split_tail or {})}
+    base.update({f"SPLIT_TAIL_D{D}": int(split_tail[D]) for D in (64, 128)})
 
     def how(D: int, causal: bool, n: int) -> str:                            # the schedule of a kernel
         return wide_schedule[causal] if D == 64 and n == WIDE_D64 else schedule[(D, causal)]
@@ -230,7 +239,7 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         sched = _counter(q.device) if walk == "dynamic" and n_work > grid else 0    # 0: a null pointer
         group = group_heads(S, D, l2, B * H) if causal and grouped else 1
         split, ws, counts = 0, 0, 0                                          # 0: null pointers
-        if split_tail and walk == "static" and not causal:
+        if split_tail[D] and walk == "static" and not causal:
             split = split_parts(n_work, grid, (S + bc - 1) // bc)
             if split:
                 parts = n_work % grid * split
