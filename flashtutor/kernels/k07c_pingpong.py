@@ -2,11 +2,14 @@
 warpgroups (named-barrier turns) and, within each, the next Q·Kᵀ issued before the previous P·V and the
 softmax run under the P·V — with K and V in rings of their own, wider key tiles where nothing is masked,
 and a persistent grid (one block per SM walking the work tiles; with causal masking each block takes
-the next tile from a counter in global memory, heaviest tiles first).
+the next tile from a counter in global memory, heaviest tiles first); three consumer warpgroups at D = 64
+where the problem has enough work tiles, and, without masking at D = 128, the grid's last partial round
+split along the keys over the idle SMs.
 
 The kernel is ``k07c_pingpong.cu`` (its header explains the reordering and the turn counting). The
 launcher picks the key-tile width per head dim and masking (``TILES``, passed to the kernel as defines),
-the schedule (``SCHEDULE``) and the work order's head groups (``group_heads``), and sizes the grid.
+the schedule (``SCHEDULE``, ``WIDE_SCHEDULE``), the consumer warpgroups (``consumers``), the work order's
+head groups (``group_heads``) and the split of the last round (``split_parts``), and sizes the grid.
 ``variant(...)`` builds the same kernel with other choices (scripts/ch07_gpu.py --sweep times them).
 """
 from __future__ import annotations
