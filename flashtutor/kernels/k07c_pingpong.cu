@@ -100,6 +100,9 @@
 #ifndef SPLIT_TAIL_D128
 #define SPLIT_TAIL_D128 1                     // ... at D = 128 (the launcher splits it without masking)
 #endif
+#ifndef FT_END_ALIGN
+#define FT_END_ALIGN 0                        // 1: with masking, query blocks end at S (the padding in the first one)
+#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -273,7 +276,15 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
         qb = w - head * n_qblocks;
     }
     constexpr int Br = Roles<D>::Br;
+#if FT_END_ALIGN
+    // With masking the padding rows of a partial query block cost as many key tiles as the block's last row
+    // needs: in the last block, all of them. Blocks that end at S put the padding in the first block instead,
+    // which needs one key tile (rows below 0 are masked in every column and never stored; for the first head
+    // the TMA fills them with zeros, for the others it loads the previous head's last rows).
+    const int q0 = causal ? S - (qb + 1) * Br : (n_qblocks - 1 - qb) * Br;
+#else
     const int q0 = (n_qblocks - 1 - qb) * Br;
+#endif
     const int n_key_tiles = (S + BC - 1) / BC;
     const int last_row = min(q0 + Br, S) - 1;
     return {head * S, q0, causal ? min(n_key_tiles, last_row / BC + 1) : n_key_tiles};
@@ -628,7 +639,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 #pragma unroll
         for (int h = 0; h < 2 && store; ++h) {
             const int row = q0c + r_lo + 8 * h;
-            if (row >= S) continue;                                       // padding rows of the last tile
+            if (row >= S || (FT_END_ALIGN && row < 0)) continue;          // padding rows of the last (first) tile
             __half* out = O + (size_t)(wk.row0 + row) * D + c_lane;
 #pragma unroll
             for (int n8 = 0; n8 < D / 8; ++n8) {                          // 2 columns per 8-column chunk

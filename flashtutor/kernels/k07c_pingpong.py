@@ -191,13 +191,14 @@ def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, split_tail: dict | None = None, consumers_d64: int | None = None,
+            desc_inc: bool = False, end_align: bool = False, split_tail: dict | None = None, consumers_d64: int | None = None,
             wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
     head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
-    per tile and stepped by adds: FT_DESC_INC), ``split_tail`` (D → whether, without masking, the last partial
+    per tile and stepped by adds: FT_DESC_INC), ``end_align`` (with masking, query blocks end at S: FT_END_ALIGN),
+    ``split_tail`` (D → whether, without masking, the last partial
     round of work tiles is split along the keys over the idle SMs), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
     None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
     (``module(n)``; its D = 128 kernel is the same in both)."""
@@ -207,6 +208,8 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     base = _defines(tiles, max_stages, exp2_fma_every, row_split)
     if desc_inc:
         base["FT_DESC_INC"] = 1
+    if end_align:
+        base["FT_END_ALIGN"] = 1
     split_tail = {**SPLIT_TAIL, **(split_tail or {})}
     base.update({f"SPLIT_TAIL_D{D}": int(split_tail[D]) for D in (64, 128)})
 
