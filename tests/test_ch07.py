@@ -291,6 +291,8 @@ def test_step_c_tiles_agree_with_the_kernel(tmp_path):
                  f'&& SOFTMAX_SPLIT == {k07c.SOFTMAX_SPLIT}, "knobs");')
     lines.append(f'static_assert(SPLIT_TAIL_D64 == {int(k07c.SPLIT_TAIL[64])} && SPLIT_TAIL_D128 == '
                  f'{int(k07c.SPLIT_TAIL[128])}, "split last round");')
+    # query blocks that end at S: the three-consumer kernel only (the default compile has two at D = 64)
+    lines.append('static_assert(END_ALIGN_WIDE && !Roles<64>::END_ALIGN && !Roles<128>::END_ALIGN, "end align");')
     probe.write_text("\n".join(lines) + "\n")
     load_cuda(probe, arch="sm_90a")
     assert k07c.stages(128, False) >= 2 and k07c.stages(128, True) >= 2

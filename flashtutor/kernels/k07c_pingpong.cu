@@ -33,7 +33,8 @@
 // kernel with three (CONSUMERS_D64 = 3, Br = 192, FlashAttention-3's choice at D = 64), whose tensor cores
 // have two other consumers' GEMMs to run during each softmax, and takes it wherever its wider work tiles
 // do not leave more of the grid idle in the last round than they gain (k07c_pingpong.py, consumers()).
-// Three consumers get 160 registers each (512 threads), enough for S, P and O at Bc = 128, not at 160.
+// Three consumers get 160 registers each (512 threads), enough for S, P and O at Bc = 128, not at 160. With
+// masking, that kernel's query blocks end at S, so a partial block is the first, short one (work_tile).
 // Persistent grid: one block per SM (the launcher sizes the grid). Each block walks work tiles (work tile
 // = Br query rows of one head) until none is left; the producer posts each tile's number in shared memory
 // beside its Q, and loads the next tile's Q as soon as every consumer has finished its last S = Q·Kᵀ,
@@ -100,8 +101,8 @@
 #ifndef SPLIT_TAIL_D128
 #define SPLIT_TAIL_D128 1                     // ... at D = 128 (the launcher splits it without masking)
 #endif
-#ifndef FT_END_ALIGN
-#define FT_END_ALIGN 0                        // 1: with masking, query blocks end at S (the padding in the first one)
+#ifndef END_ALIGN_WIDE
+#define END_ALIGN_WIDE 1                      // with masking, the three-consumer kernel's query blocks end at S
 #endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
@@ -129,6 +130,7 @@ struct Roles {
     static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (CONSUMER_REGS - LAUNCH_REGS) * 128 * CONSUMERS,
                   "the consumers' setmaxnreg.inc would wait forever for registers the producer never frees");
     static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
+    static constexpr bool END_ALIGN = END_ALIGN_WIDE && CONSUMERS == 3;   // with masking, blocks end at S (work_tile)
 };
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;            // 8 rows × 128 bytes: the swizzle pattern repeats after this
@@ -276,15 +278,13 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
         qb = w - head * n_qblocks;
     }
     constexpr int Br = Roles<D>::Br;
-#if FT_END_ALIGN
-    // With masking the padding rows of a partial query block cost as many key tiles as the block's last row
-    // needs: in the last block, all of them. Blocks that end at S put the padding in the first block instead,
-    // which needs one key tile (rows below 0 are masked in every column and never stored; for the first head
-    // the TMA fills them with zeros, for the others it loads the previous head's last rows).
-    const int q0 = causal ? S - (qb + 1) * Br : (n_qblocks - 1 - qb) * Br;
-#else
-    const int q0 = (n_qblocks - 1 - qb) * Br;
-#endif
+    // With masking, the padding rows of a partial query block cost as many key tiles as the block's last row
+    // needs: in the last block, all of them — at S = 4096 and Br = 192 two of its three warpgroups compute every
+    // key tile for nothing. Blocks that end at S put the padding in the first block instead, which needs one key
+    // tile (rows below 0 are masked in every column and never stored; for the first head the TMA fills them
+    // with zeros, for the others it loads the previous head's last rows). Only in the three-consumer kernel,
+    // whose 192 rows divide no power of two (the others: 128 rows, S a multiple of 128 in most uses).
+    const int q0 = Roles<D>::END_ALIGN && causal ? S - (qb + 1) * Br : (n_qblocks - 1 - qb) * Br;
     const int n_key_tiles = (S + BC - 1) / BC;
     const int last_row = min(q0 + Br, S) - 1;
     return {head * S, q0, causal ? min(n_key_tiles, last_row / BC + 1) : n_key_tiles};
@@ -639,7 +639,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 #pragma unroll
         for (int h = 0; h < 2 && store; ++h) {
             const int row = q0c + r_lo + 8 * h;
-            if (row >= S || (FT_END_ALIGN && row < 0)) continue;          // padding rows of the last (first) tile
+            if (row >= S || (Roles<D>::END_ALIGN && row < 0)) continue;   // padding rows of the last (first) tile
             __half* out = O + (size_t)(wk.row0 + row) * D + c_lane;
 #pragma unroll
             for (int n8 = 0; n8 < D / 8; ++n8) {                          // 2 columns per 8-column chunk

@@ -54,6 +54,11 @@ SCHEDULE = {(64, False): "static", (64, True): "static", (128, False): "static",
 # hands some blocks only the longest tiles (at S = 4096, 22 query blocks per head and 132 = 6 · 22 SMs: every
 # block gets the same query block each time), 1.71× SDPA's time against the counter's 1.006 (same file).
 WIDE_SCHEDULE = {False: "static", True: "dynamic"}
+# With masking, the three-consumer kernel's query blocks end at S (the .cu's END_ALIGN_WIDE): 4096 rows make 21
+# blocks of 192 and one of 64, and that partial block's two padding warpgroups cost one key tile each at the start
+# of the sequence instead of all of them at its end. Nsight Compute had found 9 % more wgmma instructions than
+# cuDNN's at B4 H32 S4096 D64 causal (results/ch07-issue28-h100-2026-11-28/10-ncu); time ÷ SDPA's there went
+# from 1.003 to 0.963 (events, 11-end-align-ab.log; the course's protocol 1.000 → 0.990).
 # Without masking, a static walk's last round of work tiles is a partial one wherever their number is not a
 # multiple of the grid (4096 tiles on 132 SMs: 31 full rounds, then 4 tiles on 4 SMs). Where SPLIT_TAIL says so
 # (the .cu's SPLIT_TAIL_D64 / _D128), the launcher splits each tile of that round along the keys into as many
@@ -191,13 +196,13 @@ def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, end_align: bool = False, split_tail: dict | None = None, consumers_d64: int | None = None,
+            desc_inc: bool = False, end_align: bool = True, split_tail: dict | None = None, consumers_d64: int | None = None,
             wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
     head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
-    per tile and stepped by adds: FT_DESC_INC), ``end_align`` (with masking, query blocks end at S: FT_END_ALIGN),
+    per tile and stepped by adds: FT_DESC_INC), ``end_align`` (with masking, the three-consumer kernel's query blocks end at S: END_ALIGN_WIDE),
     ``split_tail`` (D → whether, without masking, the last partial
     round of work tiles is split along the keys over the idle SMs), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
     None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
@@ -208,8 +213,7 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     base = _defines(tiles, max_stages, exp2_fma_every, row_split)
     if desc_inc:
         base["FT_DESC_INC"] = 1
-    if end_align:
-        base["FT_END_ALIGN"] = 1
+    base["END_ALIGN_WIDE"] = int(end_align)
     split_tail = {**SPLIT_TAIL, **(split_tail or {})}
     base.update({f"SPLIT_TAIL_D{D}": int(split_tail[D]) for D in (64, 128)})
 
