@@ -138,6 +138,9 @@ def latest(runs: list[dict]) -> list[dict]:
 RUN_LABELS = {
     "dynamic": "step 7c with a global tile counter on causal shapes, commit d8e681b",
     "static-counts": "step 7c's static walk counting its tiles from S, the committed kernel, commit 54de549",
+    "split": "step 7c with its last partial round split along the keys at D = 128, commit 777e1a8",
+    "with-end-align": "step 7c whose three-consumer kernel also ends its query blocks at S under masking, "
+                      "commit 5166383",
 }
 
 
