@@ -349,6 +349,7 @@ def test_issue_28_s_findings_quote_their_runs():
 
     end = ab("11-end-align-ab.json")[((4, 32, 4096, 64), True)]
     assert f"from {end['7c']:.3f} to {end['end_align=1']:.3f} (events" in py
+    assert f"({end['7c']:.3f} to {end['end_align=1']:.3f} of SDPA's time at B4 H32 S4096 causal" in takeaways
     sweep = {(r["variant"], r["problem"]): r["ratio"] for r in
              json.loads((folder / "11-end-align-sweep.json").read_text())["sweep"]["records"] if r["kind"] == "stream"}
     pair_s = [sweep[(v, "B4 H32 S4096 D64 causal")] for v in ("default", "end align")]
@@ -356,6 +357,7 @@ def test_issue_28_s_findings_quote_their_runs():
     ncu = json.loads((folder / "10-ncu/4_32_4096_64-causal/ncu07-summary.json").read_text())["kernels"]
     gmma = [k["tensor"]["sm__inst_executed_pipe_tensor.sum"] for k in ncu]
     assert f"found {100 * (gmma[0] / gmma[1] - 1):.0f} % more wgmma instructions than cuDNN's" in py
+    assert f"ncu counted {100 * (gmma[0] / gmma[1] - 1):.0f} % more `wgmma` than" in takeaways
 
     probe = {tuple(c["shape"]): c for c in json.loads((folder / "5-tail-probe.json").read_text())["cases"]}
     gains = [probe[(1, 132, 4096, 128)]["builds"][b]["median_us"] / 132 * 128 /
