@@ -594,7 +594,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         }
         bool store = true;
         if (wk.part >= 0) {                                               // one part of a split tile: see work_item
-            constexpr int N = Roles<D>::CONSUMERS, WORDS = D / 2 + 4;     // per thread: O, then m and l per row
+            constexpr int WORDS = D / 2 + 4;                              // per thread: O, then m and l per row
             auto slot = [&](int part) { return ws + (size_t)(part * N + c) * WORDS * 128 + tid; };
             float* mine = slot(wk.part);
 #pragma unroll
@@ -658,7 +658,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 template <int D, int BC>
 __device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
     mbar_init(sm.q_full(), 1);                                              // the producer's arrive + TMA's bytes
-    mbar_init(sm.q_empty(), Roles<D>::CONSUMERS);                                     // one arrival per consumer warpgroup
+    mbar_init(sm.q_empty(), Roles<D>::CONSUMERS);                           // one arrival per consumer warpgroup
     for (int s = 0; s < Tiles<D, BC>::STAGES; ++s) {
         mbar_init(sm.k_full() + 8 * s, 1);
         mbar_init(sm.k_empty() + 8 * s, Roles<D>::CONSUMERS);
