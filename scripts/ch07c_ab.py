@@ -9,6 +9,11 @@ variant more than 2e-2 off is dropped), then SDPA (cuDNN pinned), the default 7c
 process by ``flashtutor.timing.compare`` — one call between two events, the L2 flushed before each, the candidates
 alternating in a rotating order — median and p10–p90 of ``--reps`` calls; time ÷ SDPA's per build.
 
+With ``--seed`` instead: the issue's third target, at the seed shape B1 H16 S1024 D64 (causal and not), SDPA,
+step 7c and chapter 6's solution (``solutions/06_batching/attention.py``, its best kernel for small problems)
+each replayed from a CUDA graph with the L2 flushed before every call (``flashtutor.timing.graph_times``), the
+three taking turns for ``--rounds`` rounds; the median of the rounds' per-call times.
+
 A variant is ``NAME=VALUE[,NAME=VALUE]`` over ``k07c_pingpong.variant``'s keywords: ``desc_inc=1``,
 ``tiles=128`` (the key-tile width at this shape's head dim and masking), ``max_stages=2``, ``exp2_fma_every=4``,
 ``row_split=1``, ``end_align=0``, ``split_tail=0`` (at this shape's head dim), ``consumers_d64=3``, ``schedule=dynamic`` (this shape's head dim and masking).
@@ -46,6 +51,50 @@ def build(spec: str, D: int, causal: bool):
     return k07c.variant(**kw)
 
 
+def chapter6():
+    """Chapter 6's solution as a module (registered under its name first: its dataclasses look it up)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ch06_solution", ROOT / "solutions/06_batching/attention.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def seed(out: Path, rounds: int, env: dict) -> None:
+    """Graph-replayed times of SDPA, step 7c and chapter 6's solution at the seed shape, in turns."""
+    import statistics
+
+    import torch
+
+    from flashtutor import timing
+    from flashtutor.kernels import k07c_pingpong as k07c
+    ch06 = chapter6()
+    B, H, S, D = 1, 16, 1024, 64
+    res = {"env": env, "rounds": rounds, "shape": [B, H, S, D], "cases": []}
+    print(f"graph-replayed, L2 flushed, {rounds} rounds in turns; median per-call µs")
+    for causal in (False, True):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", generator=g).half() for _ in range(3))
+        backend, sdpa = timing.pinned_sdpa(q, k, v, causal=causal)
+        want = sdpa().float()
+        fns = {"7c": lambda: k07c.attention(q, k, v, causal=causal),
+               "6c": lambda: ch06.attention(q, k, v, causal=causal)}
+        diffs = {n: (f().float() - want).abs().max().item() for n, f in fns.items()}
+        times = {n: [] for n in (f"SDPA ({backend})", *fns)}
+        for _ in range(rounds):
+            with sdpa.pinned():
+                times[f"SDPA ({backend})"].append(timing.graph_times(sdpa).median_us)
+            for n, f in fns.items():
+                times[n].append(timing.graph_times(f).median_us)
+        med = {n: statistics.median(t) for n, t in times.items()}
+        name = f"B{B} H{H} S{S} D{D}" + (" causal" if causal else "")
+        print(name + "  " + "  ".join(f"{n} {m:.2f} ({min(times[n]):.2f}–{max(times[n]):.2f})" for n, m in med.items())
+              + f"  |Δ| {max(diffs.values()):.2g}")
+        res["cases"].append({"causal": causal, "median_us": med, "rounds_us": times, "max_abs_diff_vs_sdpa": diffs})
+        out.write_text(json.dumps(res, indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -53,6 +102,8 @@ def main():
     ap.add_argument("--shape", nargs=4, type=int, action="append")
     ap.add_argument("--causal", choices=["both", "no", "yes"], default="both")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--seed", action="store_true", help="the seed shape: SDPA, 7c and chapter 6's solution, graph-replayed")
+    ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
 
     import torch
@@ -63,6 +114,8 @@ def main():
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
     print(f"{env['gpu']} · torch {env['torch']} · triton {env['triton']} · cuDNN {env['cudnn']} · {env['date']}")
+    if args.seed:
+        return seed(args.out, args.rounds, env)
     print(f"events, one call each, L2 flushed, alternating, median of {args.reps}; time ÷ SDPA's")
     res = {"env": env, "reps": args.reps, "cases": []}
     causals = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]

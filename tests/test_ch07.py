@@ -396,6 +396,7 @@ def test_the_event_timed_ab_script_builds_the_variants_it_names():
     assert att.module().resources()["pingpong_d128"]["spill_instructions"] == 0
     with pytest.raises(TypeError):
         ab.build("no_such_knob=1", 64, False)
+    assert callable(ab.chapter6().attention)          # --seed times chapter 6's solution beside step 7c
 
 
 def test_exp2_polynomial_matches_exp2():
