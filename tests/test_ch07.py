@@ -338,6 +338,27 @@ def test_step_c_three_consumer_warpgroups_where_the_wider_tiles_pay():
     assert "Potential Performance Loss" not in log, log
 
 
+def test_step_c_second_q_buffer_builds_and_agrees_on_its_layout(tmp_path):
+    """Q_SLOTS_D64 = 2 (prepared for issue 28, to be timed on an H100: the next work tile's Q loads while this one
+    runs): with two consumers and with three, the kernel's layout is what the launcher allocates, it fits the
+    227 KB with the same K and V rings, builds without spills and ptxas serializes no wgmma; the default build
+    keeps one buffer."""
+    from flashtutor.kernels import k07c_pingpong as k07c
+    for n in (2, 3):
+        defines = {"Q_SLOTS_D64": 2, "CONSUMERS_D64": n, "DYNAMIC_D64": int(n == 3)}
+        probe = tmp_path / f"probe_q2_{n}.cu"
+        probe.write_text(f'#include "{STEPS["c"][0]}"\n'
+                         f"static_assert(Layout<64>::BYTES + SWIZZLE_ATOM == "
+                         f"{k07c.shared_bytes(64, n_consumers=n, q_slots=2)}, \"D = 64, two Q buffers\");\n"
+                         f"static_assert(Tiles<64, 128>::STAGES == {k07c._stages(64, 128, rows=64 * n)}, \"rings\");\n")
+        load_cuda(probe, arch="sm_90a", defines=defines)
+        log = _compile_log(STEPS["c"][0], defines)
+        assert "Potential Performance Loss" not in log and "warning" not in log.lower(), log
+    r = k07c.variant(q_slots_d64=2).module(3).resources()["pingpong_d64"]
+    assert r["spill_instructions"] == 0 and r["local_bytes"] == 0, r
+    assert k07c.shared_bytes(64, n_consumers=3, q_slots=2) <= BLOCK_MAX
+
+
 def test_step_c_splits_only_a_partial_last_round():
     """The launcher splits the last round of work tiles only where it is partial and the idle blocks can take
     two parts or more of TAIL_KEYS key tiles each: 4096 tiles on 132 SMs leave 4 for the last round, 33 idle

@@ -104,6 +104,9 @@
 #ifndef END_ALIGN_WIDE
 #define END_ALIGN_WIDE 1                      // with masking, the three-consumer kernel's query blocks end at S
 #endif
+#ifndef Q_SLOTS_D64
+#define Q_SLOTS_D64 1                         // Q buffers at D = 64 (2: the next work tile's Q loads during this one)
+#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -209,15 +212,17 @@ struct Tiles {
     static constexpr int BOXES = D / BOX;                  // 64-column boxes per row: 1 (D 64) or 2 (D 128)
     static constexpr int Br = Roles<D>::Br;
     static constexpr int Q_BYTES = Br * D * 2;             // Q tile        [BOXES][Br][64] fp16, swizzled
+    static constexpr int Q_SLOTS = D == 64 ? Q_SLOTS_D64 : 1;   // Q buffers: work tile t uses t % Q_SLOTS
     static constexpr int KV_BYTES = BC * D * 2;            // a K or V tile [BOXES][BC][64] fp16, swizzled
-    static constexpr int FIT = (BLOCK_SMEM - SWIZZLE_ATOM - Q_BYTES - 8 * (3 + 4 * MAX_STAGES)) / (2 * KV_BYTES);
+    static constexpr int FIT = (BLOCK_SMEM - SWIZZLE_ATOM - Q_SLOTS * Q_BYTES - 8 * (3 * Q_SLOTS + 4 * MAX_STAGES))
+                               / (2 * KV_BYTES);
     static constexpr int STAGES = FIT < MAX_STAGES ? FIT : MAX_STAGES;   // slots per ring (K and V each)
-    static constexpr int Q_OFF = 0;
-    static constexpr int K_OFF = Q_OFF + Q_BYTES;          // K ring       [STAGES] K tiles
+    static constexpr int Q_OFF = 0;                        // Q buffers    [Q_SLOTS] Q tiles
+    static constexpr int K_OFF = Q_OFF + Q_SLOTS * Q_BYTES;   // K ring    [STAGES] K tiles
     static constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;   // V ring    [STAGES] V tiles
-    static constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES; // q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]
-    static constexpr int WORK_OFF = BAR_OFF + 8 * (2 + 4 * STAGES);   // the work tile the producer posted (an int)
-    static constexpr int BYTES = WORK_OFF + 8;
+    static constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES; // q_full[Q], q_empty[Q], k_full[S], k_empty[S], v_full[S], v_empty[S]
+    static constexpr int WORK_OFF = BAR_OFF + 8 * (2 * Q_SLOTS + 4 * STAGES);   // per Q buffer, the work tile posted (an int)
+    static constexpr int BYTES = WORK_OFF + 8 * Q_SLOTS;
     static_assert(D % BOX == 0, "D must be a multiple of 64");
     static_assert(BC % 16 == 0 && BC >= 16 && BC <= 256, "Bc: a multiple of 16 (wgmma's K for P·V), at most 256");
     static_assert(STAGES >= 2, "two slots per ring at least");
@@ -239,16 +244,16 @@ struct Smem {                                      // shared-memory addresses of
     u32 base;                                      // the rest are constant offsets from it, computed where used
     using T = Tiles<D, BC>;                        // (held as ten registers, they made the producer spill)
     __device__ explicit Smem(u32 b) : base(b) {}
-    __device__ u32 q() const { return base + T::Q_OFF; }            // Q [BOXES][Br][64]
+    __device__ u32 q(int i = 0) const { return base + T::Q_OFF + i * T::Q_BYTES; }   // Q buffer i [BOXES][Br][64]
     __device__ u32 k() const { return base + T::K_OFF; }            // K ring [STAGES][BOXES][BC][64]
     __device__ u32 v() const { return base + T::V_OFF; }            // V ring, the same
-    __device__ u32 q_full() const { return base + T::BAR_OFF; }     // Q landed
-    __device__ u32 q_empty() const { return q_full() + 8; }         // both consumers are done with it
-    __device__ u32 k_full() const { return q_full() + 16; }         // per slot s: + 8s
+    __device__ u32 q_full(int i = 0) const { return base + T::BAR_OFF + 8 * i; }     // Q buffer i landed
+    __device__ u32 q_empty(int i = 0) const { return q_full(T::Q_SLOTS + i); }      // every consumer is done with it
+    __device__ u32 k_full() const { return q_full(2 * T::Q_SLOTS); }  // per slot s: + 8s
     __device__ u32 k_empty() const { return k_full() + 8 * T::STAGES; }
     __device__ u32 v_full() const { return k_empty() + 8 * T::STAGES; }
     __device__ u32 v_empty() const { return v_full() + 8 * T::STAGES; }
-    __device__ u32 work() const { return base + T::WORK_OFF; }      // the block's current work tile (an int)
+    __device__ u32 work(int i = 0) const { return base + T::WORK_OFF + 8 * i; }   // the work tile of Q buffer i (an int)
 };
 
 // A work tile: Br query rows of one head. The numbering puts the heaviest tiles first (with causal
@@ -333,21 +338,22 @@ __device__ __forceinline__ void producer(const Smem<D, BC>& sm, const CUtensorMa
     // The work tiles: from the counter (dynamic), or every gridDim.x-th from blockIdx.x (static).
     int w = DYNAMIC ? atomicAdd(sched, 1) : blockIdx.x;
     for (int t = 0;; ++t) {                                          // t: work tiles of this block so far
+        const int qs = t % T::Q_SLOTS, qu = t / T::Q_SLOTS;          // its Q buffer, and which fill of it
         if constexpr (DYNAMIC) {
-            if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);           // both consumers finished the last Q·Kᵀ
-            st_shared(sm.work(), w);                                   // read by the consumers once q_full completes
+            if (qu > 0) mbar_wait(sm.q_empty(qs), (qu - 1) & 1);       // the consumers finished that buffer's last Q·Kᵀ
+            st_shared(sm.work(qs), w);                                 // read by the consumers once q_full completes
             if (w >= n_work) {
-                mbar_arrive(sm.q_full());                              // "no more": q_full completes without a copy
+                mbar_arrive(sm.q_full(qs));                            // "no more": q_full completes without a copy
                 break;
             }
         } else {                                                       // the consumers walk the same tiles themselves
             if (w >= n_work) break;
-            if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);
+            if (qu > 0) mbar_wait(sm.q_empty(qs), (qu - 1) & 1);
         }
         const Work wk = work_item<D, BC, DYNAMIC>(w, n_full, split, n_qblocks, heads, group, S, causal);
-        mbar_arrive_expect_tx(sm.q_full(), T::Q_BYTES);
+        mbar_arrive_expect_tx(sm.q_full(qs), T::Q_BYTES);
 #pragma unroll
-        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q() + b * T::Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full());
+        for (int b = 0; b < T::BOXES; ++b) tma_load_2d(sm.q(qs) + b * T::Br * 128, tmQ, b * BOX, wk.row0 + wk.q0, sm.q_full(qs));
         const int kv0 = wk.row0 + wk.k0 * BC;                          // the first key row it needs
         post(sm.k(), sm.k_full(), sm.k_empty(), tmK, nk, kv0);
         for (int j = 1; j < wk.n_tiles; ++j) {
@@ -446,7 +452,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     using T = Tiles<D, BC>;
     constexpr int STAGES = T::STAGES;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;   // within the warpgroup
-    const u32 sQ = sm.q() + c * 64 * 128;                                   // its 64 rows of each Q box
+    u32 sQ = sm.q() + c * 64 * 128;                                         // its 64 rows of each Q box (this tile's buffer)
     const int r_lo = 16 * warp + lane / 4;                                // this thread's rows: r_lo, r_lo + 8
     const int c_lane = 2 * (lane % 4);                                    // its first column in each 8-column chunk
     float acc[D / 2];                                                     // O accumulator [64, D] fp32 (this thread's share)
@@ -456,12 +462,10 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     float alpha[2];                                                       // the rescale O owes since the last P·V
     int nk = 0, nv = 0;                                                   // K and V tiles consumed (the producer's count)
 
-#if FT_DESC_INC
-    const u64 dq0 = make_desc(sQ, 16, SWIZZLE_ATOM);                      // FT_DESC_INC: built once, stepped by adds
-#endif
     auto issue_s = [&](int s) {                                           // S = Q·K_sᵀ, one wgmma group
         const u32 k_tile = sm.k() + s * T::KV_BYTES;
 #if FT_DESC_INC
+        const u64 dq0 = make_desc(sQ, 16, SWIZZLE_ATOM);                  // FT_DESC_INC: built once, stepped by adds
         const u64 dk0 = make_desc(k_tile, 16, SWIZZLE_ATOM);
 #endif
 #pragma unroll
@@ -517,9 +521,10 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 
     int w = DYNAMIC ? 0 : blockIdx.x;                                     // static: the producer's walk, known here
     for (int t = 0;; ++t) {                                               // t: work tiles of this block so far
+        const int qs = t % T::Q_SLOTS, qu = t / T::Q_SLOTS;               // its Q buffer, and which fill of it
         if constexpr (DYNAMIC) {
-            mbar_wait(sm.q_full(), t & 1);                                // the producer posted a work tile (and its Q)
-            w = ld_shared(sm.work());                                     // or said there is none left
+            mbar_wait(sm.q_full(qs), qu & 1);                             // the producer posted a work tile (and its Q)
+            w = ld_shared(sm.work(qs));                                   // or said there is none left
         }
         if (w >= n_work) break;
         const Work wk = work_item<D, BC, DYNAMIC>(w, n_full, split, n_qblocks, heads, group, S, causal);
@@ -531,7 +536,8 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         l_i[0] = l_i[1] = 0.f;
 
         // Prologue: S_0 and its softmax (acc is 0: its rescale by alpha_0 = 0 is harmless).
-        if constexpr (!DYNAMIC) mbar_wait(sm.q_full(), t & 1);              // Q has landed
+        if constexpr (!DYNAMIC) mbar_wait(sm.q_full(qs), qu & 1);           // Q has landed
+        sQ = sm.q(qs) + c * 64 * 128;
         int ks = wait_k();                                                // K_0 has landed
         begin_turn();
         wgmma_fence();
@@ -540,7 +546,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         wgmma_wait<0>();
         fence_regs(sc);
         release(sm.k_empty(), ks, nk);
-        if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty());            // Q no longer read
+        if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty(qs));          // Q no longer read
         mask_tile<BC>(sc, wk.k0 * BC, q0c, r_lo, c_lane, S, causal);
         online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);
         pack_p();
@@ -560,7 +566,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             wgmma_wait<1>();                                              // S_j is done; P·V may still run
             fence_regs(sc);
             release(sm.k_empty(), ks, nk);                                  // K_j no longer read
-            if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty());    // nor Q, in this work tile
+            if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty(qs));  // nor Q, in this work tile
             mask_tile<BC>(sc, (wk.k0 + j) * BC, q0c, r_lo, c_lane, S, causal);
             online_softmax<BC>(sc, m_i, l_i, alpha, scale_log2);          // ...under the P·V
             wgmma_wait<0>();                                              // P_{j-1}·V_{j-1} is done
@@ -657,8 +663,10 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
 
 template <int D, int BC>
 __device__ __forceinline__ void init_barriers(const Smem<D, BC>& sm) {
-    mbar_init(sm.q_full(), 1);                                              // the producer's arrive + TMA's bytes
-    mbar_init(sm.q_empty(), Roles<D>::CONSUMERS);                           // one arrival per consumer warpgroup
+    for (int i = 0; i < Tiles<D, BC>::Q_SLOTS; ++i) {
+        mbar_init(sm.q_full(i), 1);                                         // the producer's arrive + TMA's bytes
+        mbar_init(sm.q_empty(i), Roles<D>::CONSUMERS);                      // one arrival per consumer warpgroup
+    }
     for (int s = 0; s < Tiles<D, BC>::STAGES; ++s) {
         mbar_init(sm.k_full() + 8 * s, 1);
         mbar_init(sm.k_empty() + 8 * s, Roles<D>::CONSUMERS);

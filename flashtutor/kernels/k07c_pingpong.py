@@ -97,11 +97,11 @@ def _defines(tiles: dict, max_stages: int, exp2_fma_every: int, row_split: int) 
             "SOFTMAX_SPLIT": row_split}
 
 
-def _stages(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br) -> int:
+def _stages(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br, q_slots: int = 1) -> int:
     """K (and V) ring slots: as many as fit in 227 KB, at most ``max_stages`` (Tiles<D, BC>::STAGES); ``rows``:
-    query rows per work tile."""
+    query rows per work tile; ``q_slots``: Q buffers."""
     q = rows * D * 2
-    fit = (BLOCK_SMEM - ALIGN - q - 8 * (3 + 4 * max_stages)) // (2 * bc * D * 2)
+    fit = (BLOCK_SMEM - ALIGN - q_slots * q - 8 * (3 * q_slots + 4 * max_stages)) // (2 * bc * D * 2)
     return min(fit, max_stages)
 
 
@@ -110,16 +110,18 @@ def stages(D: int, causal: bool = False) -> int:
     return _stages(D, tile(D, causal))
 
 
-def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br) -> int:
-    s = _stages(D, bc, max_stages, rows)
-    return rows * D * 2 + 2 * s * bc * D * 2 + 8 * (2 + 4 * s) + 8    # Q, the K and V rings, the barriers, the work slot
+def _bytes(D: int, bc: int, max_stages: int = MAX_STAGES, rows: int = Br, q_slots: int = 1) -> int:
+    s = _stages(D, bc, max_stages, rows, q_slots)
+    # the Q buffers, the K and V rings, the barriers, a work slot per Q buffer
+    return q_slots * rows * D * 2 + 2 * s * bc * D * 2 + 8 * (2 * q_slots + 4 * s) + 8 * q_slots
 
 
-def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES, n_consumers: int = 2) -> int:
+def shared_bytes(D: int, *, tiles: dict | None = None, max_stages: int = MAX_STAGES, n_consumers: int = 2,
+                 q_slots: int = 1) -> int:
     """Dynamic shared memory per block: ``Layout<D>::BYTES`` of the .cu file (the larger of its masked and
     unmasked configurations) + ALIGN bytes of slack."""
     tiles = tiles or TILES
-    return max(_bytes(D, tiles[(D, c)], max_stages, 64 * n_consumers) for c in (False, True)) + ALIGN
+    return max(_bytes(D, tiles[(D, c)], max_stages, 64 * n_consumers, q_slots) for c in (False, True)) + ALIGN
 
 
 def require_hopper() -> None:
@@ -196,13 +198,14 @@ def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, end_align: bool = True, split_tail: dict | None = None, consumers_d64: int | None = None,
+            desc_inc: bool = False, q_slots_d64: int = 1, end_align: bool = True, split_tail: dict | None = None, consumers_d64: int | None = None,
             wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
     head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
-    per tile and stepped by adds: FT_DESC_INC), ``end_align`` (with masking, the three-consumer kernel's query blocks end at S: END_ALIGN_WIDE),
+    per tile and stepped by adds: FT_DESC_INC), ``q_slots_d64`` (Q buffers at D = 64: 2 loads
+    the next work tile's Q while this one runs), ``end_align`` (with masking, the three-consumer kernel's query blocks end at S: END_ALIGN_WIDE),
     ``split_tail`` (D → whether, without masking, the last partial
     round of work tiles is split along the keys over the idle SMs), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
     None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
@@ -214,6 +217,8 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     if desc_inc:
         base["FT_DESC_INC"] = 1
     base["END_ALIGN_WIDE"] = int(end_align)
+    if q_slots_d64 != 1:
+        base["Q_SLOTS_D64"] = q_slots_d64
     split_tail = {**SPLIT_TAIL, **(split_tail or {})}
     base.update({f"SPLIT_TAIL_D{D}": int(split_tail[D]) for D in (64, 128)})
 
@@ -258,7 +263,8 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
         tk = tma.tensor_map(k.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of K
         tv = tma.tensor_map(v.view(rows, D), box_rows=bc, box_cols=BOX)      # boxes [Bc, 64] of V
         tma.launch(module(n).kernel(KERNELS[D]), grid=(grid,), block=(128 * (1 + n),),
-                   shared_mem=shared_bytes(D, tiles=tiles, max_stages=max_stages, n_consumers=n),
+                   shared_mem=shared_bytes(D, tiles=tiles, max_stages=max_stages, n_consumers=n,
+                                           q_slots=q_slots_d64 if D == 64 else 1),
                    args=(tq, tk, tv, o, S, B * H, D ** -0.5 * LOG2E, int(causal), sched, group,
                          (S + br - 1) // br, n_work, split, ws, counts))
         return o
