@@ -134,6 +134,7 @@ struct Roles {
                   "the consumers' setmaxnreg.inc would wait forever for registers the producer never frees");
     static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
     static constexpr bool END_ALIGN = END_ALIGN_WIDE && CONSUMERS == 3;   // with masking, blocks end at S (work_tile)
+    static constexpr bool SPLIT_TAIL = D == 64 ? SPLIT_TAIL_D64 : SPLIT_TAIL_D128;   // a split last round (work_item)
 };
 constexpr int BOX = 64;                       // fp16 columns per TMA box: 128 bytes, the swizzle span
 constexpr int SWIZZLE_ATOM = 1024;            // 8 rows × 128 bytes: the swizzle pattern repeats after this
@@ -305,8 +306,7 @@ __device__ __forceinline__ Work work_tile(int w, int n_qblocks, int heads, int g
 template <int D, int BC, bool GROUPED>
 __device__ __forceinline__ Work work_item(int w, int n_full, int split, int n_qblocks, int heads, int group, int S,
                                           int causal) {
-    constexpr bool SPLIT = (D == 64 ? SPLIT_TAIL_D64 : SPLIT_TAIL_D128) && !GROUPED;   // static walks only
-    if (SPLIT && split > 1 && w >= n_full) {
+    if (Roles<D>::SPLIT_TAIL && !GROUPED && split > 1 && w >= n_full) {      // static walks only
         const int slot = w - n_full, chunk = slot % split;
         Work wk = work_tile<D, BC, GROUPED>(n_full + slot / split, n_qblocks, heads, group, S, causal);
         const int n = wk.n_tiles;
@@ -695,8 +695,7 @@ __device__ __forceinline__ void run_block(u32 base, const CUtensorMap* tmQ,
     // results/ch07-static-counts-ab-h100-2026-11-26.txt): the compiler schedules the softmax differently.
     // A split last round (static walk, split > 1): the walk's items are the full rounds' tiles, then the parts.
     auto items = [&](int tiles, int& n_full) {
-        constexpr bool SPLIT = (D == 64 ? SPLIT_TAIL_D64 : SPLIT_TAIL_D128) && !DYNAMIC;
-        n_full = SPLIT && split > 1 ? tiles - tiles % (int)gridDim.x : tiles;
+        n_full = Roles<D>::SPLIT_TAIL && !DYNAMIC && split > 1 ? tiles - tiles % (int)gridDim.x : tiles;
         return n_full + (tiles - n_full) * split;
     };
     const int wg = threadIdx.x / 128;                                     // 0: producer, 1..CONSUMERS: consumers

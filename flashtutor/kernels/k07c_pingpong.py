@@ -137,10 +137,21 @@ def require_hopper() -> None:
 _props: dict[int, tuple[int, int]] = {}
 
 
+def _device_index(device) -> int:
+    import torch
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _stream_key(device) -> tuple[int, int]:
+    """(device, stream): launches on one stream run one after another, so per-launch scratch can be kept per key."""
+    import torch
+    return _device_index(device), torch.cuda.current_stream(device).cuda_stream
+
+
 def _device_props(device) -> tuple[int, int]:
     """(SMs, L2 bytes) of ``device``, read once."""
     import torch
-    i = device.index if device.index is not None else torch.cuda.current_device()
+    i = _device_index(device)
     if i not in _props:
         pr = torch.cuda.get_device_properties(i)
         _props[i] = (pr.multi_processor_count, pr.L2_cache_size)
@@ -161,22 +172,20 @@ def _counter(device):
     The kernel's last block resets them, and kernels on one stream run one after another, so one pair
     serves every launch on that stream."""
     import torch
-    key = (device.index if device.index is not None else torch.cuda.current_device(),
-           torch.cuda.current_stream(device).cuda_stream)
+    key = _stream_key(device)
     if key not in _counters:
         _counters[key] = torch.zeros(2, dtype=torch.int32, device=device)
     return _counters[key]
 
 
-_tails: dict[tuple[int, int], list] = {}
+_tails: dict[tuple[int, int], tuple] = {}
 
 
 def _tail_buffers(device, floats: int, ints: int):
     """The split last round's workspace (the parts' O, m and l, fp32) and zeroed counters, per (device, stream), grown as
     needed. The kernel's last part of each tile's rows resets its counter, so the zeros serve the next launch."""
     import torch
-    key = (device.index if device.index is not None else torch.cuda.current_device(),
-           torch.cuda.current_stream(device).cuda_stream)
+    key = _stream_key(device)
     ws, counts = _tails.get(key, (None, None))
     if ws is None or ws.numel() < floats:
         ws = torch.empty(floats, dtype=torch.float32, device=device)
