@@ -84,7 +84,6 @@ VARIANTS = {
     "causal d128 Bc192":     (dict(tiles={(128, True): 192}), [(128, True)]),
     "desc increments":       (dict(desc_inc=True), [(128, False), (128, True), (64, False), (64, True)]),
     "d64 2 Q buffers":       (dict(q_slots_d64=2), [(64, False), (64, True)]),
-    "narrow last tile":      (dict(narrow_last=True), [(128, False), (128, True), (64, True)]),
     "no end align":          (dict(end_align=False), [(64, True)]),
     "no split tail":         (dict(split_tail={128: False}), [(128, False)]),
     "d64 split tail":        (dict(split_tail={64: True}), [(64, False)]),

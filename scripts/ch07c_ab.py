@@ -16,7 +16,7 @@ three taking turns for ``--rounds`` rounds; the median of the rounds' per-call t
 
 A variant is ``NAME=VALUE[,NAME=VALUE]`` over ``k07c_pingpong.variant``'s keywords: ``desc_inc=1``,
 ``tiles=128`` (the key-tile width at this shape's head dim and masking), ``max_stages=2``, ``exp2_fma_every=4``,
-``row_split=1``, ``q_slots_d64=2``, ``narrow_last=1``, ``end_align=0``, ``split_tail=0`` (at this shape's head dim), ``consumers_d64=3``, ``schedule=dynamic`` (this shape's head dim and masking).
+``row_split=1``, ``q_slots_d64=2``, ``end_align=0``, ``split_tail=0`` (at this shape's head dim), ``consumers_d64=3``, ``schedule=dynamic`` (this shape's head dim and masking).
 """
 from __future__ import annotations
 

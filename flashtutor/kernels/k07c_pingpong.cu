@@ -107,9 +107,6 @@
 #ifndef Q_SLOTS_D64
 #define Q_SLOTS_D64 1                         // Q buffers at D = 64 (2: the next work tile's Q loads during this one)
 #endif
-#ifndef NARROW_LAST
-#define NARROW_LAST 0                         // 1: a work tile's last key tile, if it holds ≤ 64 (≤ 128) keys, by narrower GEMMs
-#endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)
 #endif
@@ -447,47 +444,6 @@ __device__ __forceinline__ void online_softmax(float (&sc)[BC / 2], float (&m_i)
     }
 }
 
-// S = Q·Kᵀ for the first W keys of a K tile (W = BC: all of them), one wgmma group: D / 16 steps of 16 columns of Q
-// (A) and K (B), both from shared memory.
-template <int D, int BC, int W>
-__device__ __forceinline__ void s_gemm(float (&sc)[W / 2], u32 sQ, u32 k_tile) {
-    constexpr int Br = Roles<D>::Br;
-#if FT_DESC_INC
-    const u64 dq0 = make_desc(sQ, 16, SWIZZLE_ATOM);                      // FT_DESC_INC: built once, stepped by adds
-    const u64 dk0 = make_desc(k_tile, 16, SWIZZLE_ATOM);
-#endif
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-        const u32 in_box = (kk % 4) * 32;                                 // 16 halves = 32 bytes per step, in the row
-#if FT_DESC_INC
-        const u64 da = dq0 + (((kk / 4) * Br * 128 + in_box) >> 4);
-        const u64 db = dk0 + (((kk / 4) * BC * 128 + in_box) >> 4);
-#else
-        const u64 da = make_desc(sQ + (kk / 4) * Br * 128 + in_box, 16, SWIZZLE_ATOM);
-        const u64 db = make_desc(k_tile + (kk / 4) * BC * 128 + in_box, 16, SWIZZLE_ATOM);
-#endif
-        wgmma_ss<W>(sc, da, db, kk > 0);
-    }
-    wgmma_commit();
-}
-
-// O += P·V over the first W keys of a V tile, one wgmma group: W / 16 steps, P from registers (A), V (B) from
-// shared memory.
-template <int D, int BC, int W>
-__device__ __forceinline__ void pv_gemm(float (&acc)[D / 2], const u32 (&p)[BC / 16][4], u32 v_tile) {
-#if FT_DESC_INC
-    const u64 dv0 = make_desc(v_tile, BC * 128, SWIZZLE_ATOM);
-#endif
-#pragma unroll
-    for (int kk = 0; kk < W / 16; ++kk)
-#if FT_DESC_INC
-        wgmma_rs<D>(acc, p[kk], dv0 + kk * 16 * 128 / 16);
-#else
-        wgmma_rs<D>(acc, p[kk], make_desc(v_tile + kk * 16 * 128, BC * 128, SWIZZLE_ATOM));
-#endif
-    wgmma_commit();
-}
-
 // A consumer warpgroup: 64 query rows of each work tile, against every K/V tile the producer loads.
 template <int D, int BC, bool DYNAMIC>
 __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* __restrict__ O, int n_qblocks,
@@ -502,24 +458,43 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     float acc[D / 2];                                                     // O accumulator [64, D] fp32 (this thread's share)
     float m_i[2], l_i[2];                                                 // running row max (log2 units) and sum
     float sc[BC / 2];                                                     // scores of the newest tile [64, BC] fp32
-    float sn[64 / 2];                                                     // NARROW_LAST: a narrow tile's scores
     u32 p[BC / 16][4];                                                    // P of the previous tile, fp16, A-fragment layout
     float alpha[2];                                                       // the rescale O owes since the last P·V
     int nk = 0, nv = 0;                                                   // K and V tiles consumed (the producer's count)
 
-    auto issue_s = [&](int s) { s_gemm<D, BC, BC>(sc, sQ, sm.k() + s * T::KV_BYTES); };   // S = Q·K_sᵀ
-    auto issue_pv = [&](int s) { pv_gemm<D, BC, BC>(acc, p, sm.v() + s * T::KV_BYTES); };  // O += P·V_s
-    // NARROW_LAST: a work tile's last key tile, where its rows see at most 64 of its keys (48 of 176 at S = 4096),
-    // by 64-key GEMMs. Its S goes to sn, 32 registers of its own (the same registers written by wgmma of two
-    // widths on two paths made ptxas serialize every wgmma), and is copied into sc once done, the scores of the
-    // keys past 64 set to -inf; its P·V takes the first 64 keys (the rest of P is 0).
-    constexpr bool NARROW = NARROW_LAST && BC > 64;
-    auto issue_s_narrow = [&](int s) { s_gemm<D, BC, 64>(sn, sQ, sm.k() + s * T::KV_BYTES); };
-    auto issue_pv_narrow = [&](int s) { pv_gemm<D, BC, 64>(acc, p, sm.v() + s * T::KV_BYTES); };
-    auto widen = [&] {
-        fence_regs(sn);
+    auto issue_s = [&](int s) {                                           // S = Q·K_sᵀ, one wgmma group
+        const u32 k_tile = sm.k() + s * T::KV_BYTES;
+#if FT_DESC_INC
+        const u64 dq0 = make_desc(sQ, 16, SWIZZLE_ATOM);                  // FT_DESC_INC: built once, stepped by adds
+        const u64 dk0 = make_desc(k_tile, 16, SWIZZLE_ATOM);
+#endif
 #pragma unroll
-        for (int i = 0; i < BC / 2; ++i) sc[i] = i < 32 ? sn[i % 32] : -CUDART_INF_F;
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const u32 in_box = (kk % 4) * 32;                             // 16 halves = 32 bytes per step, in the row
+#if FT_DESC_INC
+            const u64 da = dq0 + (((kk / 4) * T::Br * 128 + in_box) >> 4);
+            const u64 db = dk0 + (((kk / 4) * BC * 128 + in_box) >> 4);
+#else
+            const u64 da = make_desc(sQ + (kk / 4) * T::Br * 128 + in_box, 16, SWIZZLE_ATOM);
+            const u64 db = make_desc(k_tile + (kk / 4) * BC * 128 + in_box, 16, SWIZZLE_ATOM);
+#endif
+            wgmma_ss<BC>(sc, da, db, kk > 0);
+        }
+        wgmma_commit();
+    };
+    auto issue_pv = [&](int s) {                                          // O += P·V_s, one wgmma group
+        const u32 v_tile = sm.v() + s * T::KV_BYTES;
+#if FT_DESC_INC
+        const u64 dv0 = make_desc(v_tile, BC * 128, SWIZZLE_ATOM);
+#endif
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk)
+#if FT_DESC_INC
+            wgmma_rs<D>(acc, p[kk], dv0 + kk * 16 * 128 / 16);
+#else
+            wgmma_rs<D>(acc, p[kk], make_desc(v_tile + kk * 16 * 128, BC * 128, SWIZZLE_ATOM));
+#endif
+        wgmma_commit();
     };
     auto pack_p = [&] {                                                   // keys 16kk..16kk+15 are sc[8kk .. 8kk + 7]
 #pragma unroll
@@ -555,9 +530,6 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         const Work wk = work_item<D, BC, DYNAMIC>(w, n_full, split, n_qblocks, heads, group, S, causal);
         const int n_tiles = wk.n_tiles;
         const int q0c = wk.q0 + 64 * c;                                   // this warpgroup's first query row
-        // the keys of its last key tile any of its rows sees (the rest are past S, or after every row: masked)
-        const int last_keys = min(S, causal ? wk.q0 + T::Br : S) - (wk.k0 + n_tiles - 1) * BC;
-        const bool last_narrow = last_keys <= 64;
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
         m_i[0] = m_i[1] = -CUDART_INF_F;
@@ -569,16 +541,9 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         int ks = wait_k();                                                // K_0 has landed
         begin_turn();
         wgmma_fence();
-        if (NARROW && n_tiles == 1 && last_narrow) {                     // (each path up to its wait: see widen)
-            issue_s_narrow(ks);
-            end_turn();
-            wgmma_wait<0>();
-            widen();
-        } else {
-            issue_s(ks);
-            end_turn();
-            wgmma_wait<0>();
-        }
+        issue_s(ks);
+        end_turn();
+        wgmma_wait<0>();
         fence_regs(sc);
         release(sm.k_empty(), ks, nk);
         if (n_tiles == 1 && tid == 0) mbar_arrive(sm.q_empty(qs));          // Q no longer read
@@ -591,26 +556,14 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
             begin_turn();
             fence_regs(p);                                                // P_{j-1} is written (and S_{j-1} read)...
             wgmma_fence();                                                // ...before the tensor cores use them
-            // group 1: S_j; while it runs, O by alpha_{j-1}, then group 2: O += P_{j-1}·V_{j-1}; wait for S_j only
-            auto overlap = [&] {
-                rescale_o();                                              // (registers only: S_j is on the tensor cores)
-                fence_regs(acc);
-                const int v = wait_v();                                   // V_{j-1} has landed
-                wgmma_fence();                                            // O is rescaled before the tensor cores read it
-                issue_pv(v);
-                end_turn();
-                wgmma_wait<1>();                                          // S_j is done; P·V may still run
-                return v;
-            };
-            int vs;
-            if (NARROW && j == n_tiles - 1 && last_narrow) {
-                issue_s_narrow(ks);
-                vs = overlap();
-                widen();
-            } else {
-                issue_s(ks);
-                vs = overlap();
-            }
+            issue_s(ks);                                                  // group 1: S_j
+            rescale_o();                                                  // while S_j runs: O by alpha_{j-1}...
+            fence_regs(acc);
+            const int vs = wait_v();                                      // V_{j-1} has landed
+            wgmma_fence();                                                // ...before the tensor cores read O
+            issue_pv(vs);                                                 // group 2: O += P_{j-1}·V_{j-1}
+            end_turn();
+            wgmma_wait<1>();                                              // S_j is done; P·V may still run
             fence_regs(sc);
             release(sm.k_empty(), ks, nk);                                  // K_j no longer read
             if (j == n_tiles - 1 && tid == 0) mbar_arrive(sm.q_empty(qs));  // nor Q, in this work tile
@@ -627,10 +580,10 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
         fence_regs(acc);
         fence_regs(p);
         const int vs = wait_v();
-        if constexpr (!DYNAMIC && !NARROW_LAST) last_turn = w + gridDim.x >= n_work;   // (dynamic: not known yet, see below)
+        if constexpr (!DYNAMIC) last_turn = w + gridDim.x >= n_work;      // (dynamic: not known yet, see below)
         begin_turn();
         wgmma_fence();
-        if (NARROW && last_narrow) issue_pv_narrow(vs); else issue_pv(vs);
+        issue_pv(vs);
         end_turn();
         wgmma_wait<0>();
         fence_regs(acc);
@@ -705,7 +658,7 @@ __device__ __forceinline__ void consumer(const Smem<D, BC>& sm, int c, __half* _
     // Static walk: warpgroup 1 skipped its very last arrival. Dynamic walk: nobody knew which turn was the
     // last, so warpgroup 1 arrived once up front and once after each of its turns, one arrival more than
     // warpgroup 0 had turns: warpgroup 0 takes it here, and both named barriers end balanced.
-    if ((DYNAMIC || NARROW_LAST) && c == 0) named_bar_sync(TURN_BAR + 0, 256);
+    if (DYNAMIC && c == 0) named_bar_sync(TURN_BAR + 0, 256);
 }
 
 template <int D, int BC>

@@ -208,7 +208,7 @@ def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
             desc_inc: bool = False, q_slots_d64: int = 1, end_align: bool = True, split_tail: dict | None = None, consumers_d64: int | None = None,
-            wide_schedule: dict | None = None, narrow_last: bool = False):
+            wide_schedule: dict | None = None):
     """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
     ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
@@ -217,8 +217,7 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     the next work tile's Q while this one runs), ``end_align`` (with masking, the three-consumer kernel's query blocks end at S: END_ALIGN_WIDE),
     ``split_tail`` (D → whether, without masking, the last partial
     round of work tiles is split along the keys over the idle SMs), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
-    None: ``consumers`` decides), ``narrow_last`` (a work tile's last key tile by 64- or 128-key GEMMs where its rows
-    see no more of its keys: NARROW_LAST). Compiled on first use: one module per count of consumer warpgroups at D = 64
+    None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
     (``module(n)``; its D = 128 kernel is the same in both)."""
     tiles = {**TILES, **(tiles or {})}
     schedule = {**SCHEDULE, **(schedule or {})}
@@ -227,8 +226,6 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     if desc_inc:
         base["FT_DESC_INC"] = 1
     base["END_ALIGN_WIDE"] = int(end_align)
-    if narrow_last:
-        base["NARROW_LAST"] = 1
     if q_slots_d64 != 1:
         base["Q_SLOTS_D64"] = q_slots_d64
     split_tail = {**SPLIT_TAIL, **(split_tail or {})}
