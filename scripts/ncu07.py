@@ -73,6 +73,7 @@ def run_targets(names: list[str], shape: tuple[int, int, int, int], causal: bool
             if spec.endswith(".py"):                       # a launcher file outside the package (an older version)
                 s = importlib.util.spec_from_file_location(f"ncu_{name}", ROOT / spec)
                 mod = importlib.util.module_from_spec(s)
+                sys.modules[s.name] = mod                  # (a dataclass in it looks its module up by name)
                 s.loader.exec_module(mod)
             else:
                 mod = importlib.import_module(spec)
