@@ -56,9 +56,11 @@
 // (this file is not an exercise).
 // Limitation: O is still written with 4-byte stores straight from registers (FlashAttention-3 goes
 // through shared memory and a TMA store), and a work tile's first Q·Kᵀ waits for its Q, which can only
-// be loaded once every consumer is done with the last one (one Q buffer: a second does not fit next to
-// two 44 KB K and V slots each); at S = 4096 the last key tile holds 48 of its 176 keys (3% of the
-// tensor-core work is padding); and at D = 64 the last round is not split (no gain measured there). The
+// be loaded once every consumer is done with the last one (one Q buffer at D = 128: a second does not fit
+// next to two 44 KB K and V slots each; at D = 64, where it fits, Q_SLOTS_D64 = 2 measured within the noise);
+// at S = 4096 the last key tile holds 48 of its 176 keys (3% of the tensor-core work is padding: 64-key
+// GEMMs for that tile made the kernel 1-2.5% slower on every shape, results/ch07-issue28-h100-2026-11-28/14);
+// and at D = 64 the last round is not split (no gain measured there). The
 // split round's parts each start a pipeline of their own, so they recover less than the partial round
 // costs: with 132 heads instead of 128 at B4 H32 S4096 D128 (32 full rounds, none partial) both this kernel
 // and SDPA ran at 4-5% more TFLOP/s before the split (results/ch07-issue28-h100-2026-11-28/5-tail-probe.log).
@@ -105,7 +107,7 @@
 #define END_ALIGN_WIDE 1                      // with masking, the three-consumer kernel's query blocks end at S
 #endif
 #ifndef Q_SLOTS_D64
-#define Q_SLOTS_D64 1                         // Q buffers at D = 64 (2: the next work tile's Q loads during this one)
+#define Q_SLOTS_D64 1                         // Q buffers at D = 64 (2: the next tile's Q loads during this one; no gain)
 #endif
 #ifndef SOFTMAX_SPLIT
 #define SOFTMAX_SPLIT 4                       // partial row maxima and sums per thread and row (1: one chain)

@@ -214,7 +214,7 @@ def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped:
     (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
     head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
     per tile and stepped by adds: FT_DESC_INC), ``q_slots_d64`` (Q buffers at D = 64: 2 loads
-    the next work tile's Q while this one runs), ``end_align`` (with masking, the three-consumer kernel's query blocks end at S: END_ALIGN_WIDE),
+    the next work tile's Q while this one runs; within the noise on the H100, results/ch07-issue28-h100-2026-11-28/13), ``end_align`` (with masking, the three-consumer kernel's query blocks end at S: END_ALIGN_WIDE),
     ``split_tail`` (D → whether, without masking, the last partial
     round of work tiles is split along the keys over the idle SMs), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
     None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
