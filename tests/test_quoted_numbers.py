@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import re
+import statistics
 
 from flashtutor.chapters import ROOT, get_chapter
 
@@ -418,3 +419,23 @@ def test_issue_28_s_final_standing_quotes_its_runs():
     assert len(set(gmma.values())) == 1, gmma
     active = ncu["7c"]["tensor"]["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
     assert f"the tensor pipe {active:.0f} % active" in takeaways
+
+
+def test_issue_28_s_clock_finding_quotes_its_runs():
+    """A profiled call is an isolated call: the 700 TFLOP/s question at B2 H32 S16384 D128 (H100, 2026-11-28), the
+    profiler's figure, the chapter's tables' range and the clocks of isolated and back-to-back calls, from the files."""
+    folder = ROOT / "results/ch07-issue28-h100-2026-11-28"
+    takeaways = " ".join(_markdown(ROOT / "chapters/07_hopper/hopper.ipynb").split())
+    ncu = {k["target"]: k for k in json.loads((folder / "15-ncu/long/ncu07-summary.json").read_text())["kernels"]}
+    assert f"$D = 128$ at {ncu['7c']['tflops']:.0f} TFLOP/s" in takeaways
+    clocks = json.loads((folder / "18-clocks/clocks.json").read_text())["results"]
+    alone, packed = clocks["7c isolated"], clocks["7c sustained"]
+    mhz = lambda r: round(statistics.median(r["sm_mhz_after"]), -1)       # noqa: E731
+    assert mhz(alone) > mhz(packed) + 200                                  # the power limit's drop, not noise
+    assert f"runs at ~{mhz(alone):.0f} MHz ({alone['tflops']:.0f} TFLOP/s by events)" in takeaways
+    assert f"back to back at ~{mhz(packed):.0f} MHz" in takeaways
+    assert f"holds the clock ({packed['tflops']:.0f} TFLOP/s;" in takeaways
+    # the timed loops: from call 16's course's bench (the lowest) to call 18's back-to-back calls (the highest)
+    bench = [r["tflops"] for r in json.loads((folder / "16-final-both/bench.json").read_text())["steps"]["7c"]["records"]
+             if r["kind"] == "stream" and r["problem"] == "B2 H32 S16384 D128"]
+    assert f"timed loops beside it at {bench[0]:.0f}–{packed['tflops']:.0f}:" in takeaways

@@ -8,7 +8,8 @@
 * A compile error raises :class:`CompileError` naming the learner's file and line.
 * Launches go on torch's current stream, so they order correctly with torch ops, CUDA events
   and graph capture.
-* Compiled code is cached by the hash of (source, headers it includes from its folder, options).
+* Compiled code is cached by the hash of (source, headers it includes from its folder, options, NVRTC's
+  version, the CUDA headers' folder).
 """
 from __future__ import annotations
 
@@ -85,6 +86,22 @@ def _local_headers(src: str, folder: Path) -> list[Path]:
     return sorted(found)
 
 
+_nvrtc_version: str | None = None
+
+
+def nvrtc_version() -> str:
+    """NVRTC's version, e.g. "13.0" (part of the compile cache's key: ptxas differs between versions)."""
+    global _nvrtc_version
+    if _nvrtc_version is None:
+        try:
+            from cuda.bindings import nvrtc
+            _, major, minor = nvrtc.nvrtcVersion()
+            _nvrtc_version = f"{major}.{minor}"
+        except Exception as e:                        # no NVRTC: compile_cuda says so when it gets there
+            _nvrtc_version = f"unavailable ({type(e).__name__})"
+    return _nvrtc_version
+
+
 def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: dict | None = None,
                  extra_options: dict | None = None, disk_cache: bool = True) -> bytes:
     """Compile a .cu file to a cubin with NVRTC; cached by content hash. Raises CompileError.
@@ -96,7 +113,8 @@ def compile_cuda(path: str | os.PathLike, *, arch: str | None = None, defines: d
     arch = arch or default_arch()
     defines = dict(defines or {})
     inc = cuda_include_dir()
-    key_parts = [src, arch, repr(sorted(defines.items())), repr(sorted((extra_options or {}).items()))]
+    key_parts = [src, arch, repr(sorted(defines.items())), repr(sorted((extra_options or {}).items())),
+                 nvrtc_version(), str(inc)]            # another compiler or other CUDA headers: another cubin
     key_parts += [h.read_text() for h in _local_headers(src, path.parent)]
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:32]
     if key in _memory_cache:
