@@ -62,6 +62,21 @@ def test_cache_is_keyed_by_content(tmp_path):
     assert compile_cuda(p, arch="sm_90a") == b
 
 
+def test_cache_is_keyed_by_the_compiler(tmp_path, monkeypatch):
+    """A cubin built by one NVRTC is not served to another (ptxas differs between versions: the CPU tier pins the GPU
+    host's), from memory or from disk."""
+    from flashtutor.loaders import nvrtc
+    p = tmp_path / "k.cu"
+    p.write_text('extern "C" __global__ void k(float* x) { x[0] = 3.f; }')
+    monkeypatch.setattr(nvrtc, "CACHE_DIR", tmp_path / "cache")
+    compile_cuda(p, arch="sm_90a")
+    assert len(list((tmp_path / "cache").glob("*.cubin"))) == 1
+    assert nvrtc.nvrtc_version().count(".") == 1                 # "13.0": the compiler this process loaded
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: "99.9")
+    compile_cuda(p, arch="sm_90a")                                # another compiler: compiled again, cached apart
+    assert len(list((tmp_path / "cache").glob("*.cubin"))) == 2
+
+
 def test_opcode_parsing():
     assert opcode("@!P0 LDG.E.128 R4, desc[UR6][R2.64]") == "LDG"
     assert opcode("HMMA.16816.F32 R0, R4, R8, R0") == "HMMA"
