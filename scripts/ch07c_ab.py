@@ -52,13 +52,9 @@ def build(spec: str, D: int, causal: bool):
 
 
 def chapter6():
-    """Chapter 6's solution as a module (registered under its name first: its dataclasses look it up)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("ch06_solution", ROOT / "solutions/06_batching/attention.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """Chapter 6's solution as a module."""
+    from flashtutor.kernels import solution_module
+    return solution_module("06_batching")
 
 
 def seed(out: Path, rounds: int, env: dict) -> None:

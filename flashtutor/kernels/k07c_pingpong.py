@@ -207,18 +207,23 @@ def split_parts(n_work: int, grid: int, n_key_tiles: int) -> int:
 
 def variant(*, tiles: dict | None = None, schedule: dict | None = None, grouped: bool = True,
             max_stages: int = MAX_STAGES, exp2_fma_every: int = EXP2_FMA_EVERY, row_split: int = SOFTMAX_SPLIT,
-            desc_inc: bool = False, q_slots_d64: int = 1, end_align: bool = True, split_tail: dict | None = None, consumers_d64: int | None = None,
-            wide_schedule: dict | None = None):
-    """``attention(q, k, v, *, causal)`` with other choices than the defaults: ``tiles`` ((D, causal) → Bc),
-    ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer warpgroups), ``wide_schedule``
-    (causal → the same, three at D = 64), ``grouped`` (causal work in head groups, heaviest first; else
-    head-major), ``max_stages``, ``exp2_fma_every``, ``row_split``, ``desc_inc`` (the wgmma descriptors built once
-    per tile and stepped by adds: FT_DESC_INC), ``q_slots_d64`` (Q buffers at D = 64: 2 loads
-    the next work tile's Q while this one runs; within the noise on the H100, results/ch07-issue28-h100-2026-11-28/13), ``end_align`` (with masking, the three-consumer kernel's query blocks end at S: END_ALIGN_WIDE),
-    ``split_tail`` (D → whether, without masking, the last partial
-    round of work tiles is split along the keys over the idle SMs), ``consumers_d64`` (2 or 3 consumer warpgroups at D = 64 whatever the problem;
-    None: ``consumers`` decides). Compiled on first use: one module per count of consumer warpgroups at D = 64
-    (``module(n)``; its D = 128 kernel is the same in both)."""
+            desc_inc: bool = False, q_slots_d64: int = 1, end_align: bool = True, split_tail: dict | None = None,
+            consumers_d64: int | None = None, wide_schedule: dict | None = None):
+    """``attention(q, k, v, *, causal)`` with other choices than the defaults:
+
+    * ``tiles`` ((D, causal) → Bc); ``schedule`` ((D, causal) → "grid" / "static" / "dynamic", with two consumer
+      warpgroups) and ``wide_schedule`` (causal → the same, three at D = 64); ``grouped`` (causal work in head
+      groups, heaviest first; else head-major); ``max_stages``, ``exp2_fma_every``, ``row_split``;
+    * ``desc_inc``: the wgmma descriptors built once per tile and stepped by adds (FT_DESC_INC);
+    * ``q_slots_d64``: Q buffers at D = 64, 2 loads the next work tile's Q while this one runs (within the noise on
+      the H100, results/ch07-issue28-h100-2026-11-28/13);
+    * ``end_align``: with masking, the three-consumer kernel's query blocks end at S (END_ALIGN_WIDE);
+    * ``split_tail`` (D → whether, without masking, the last partial round of work tiles is split along the keys
+      over the idle SMs);
+    * ``consumers_d64``: 2 or 3 consumer warpgroups at D = 64 whatever the problem (None: ``consumers`` decides).
+
+    Compiled on first use: one module per count of consumer warpgroups at D = 64 (``module(n)``; its D = 128 kernel
+    is the same in both)."""
     tiles = {**TILES, **(tiles or {})}
     schedule = {**SCHEDULE, **(schedule or {})}
     wide_schedule = {**WIDE_SCHEDULE, **(wide_schedule or {})}
